@@ -1,0 +1,133 @@
+"""Token and layer alignment between two models.
+
+Token alignment works on character offsets: every receiver token draws from the sender token that
+covers the receiver token's *last* character. That one rule covers many-to-one (several receiver
+tokens inside one sender token) and one-to-many (a receiver token spanning several sender tokens
+takes the last one, which has already attended to the others). Receiver tokens with no characters
+(BOS, chat-template tokens) at the start are not mapped at all: their KV does not depend on the
+context, so the receiver computes it natively (the attention sink matters a lot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import AlignmentError
+
+
+def char_owner(sender_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
+    """For each character, the index of the last sender token covering it (or the nearest before it).
+
+    ``sender_offsets``: ``[Ts, 2]`` (start, end) character spans; returns ``[n_chars]`` long, -1 where
+    no sender token starts at or before the character.
+    """
+    start, end = sender_offsets[:, 0].long(), sender_offsets[:, 1].long().clamp(max=n_chars)
+    lengths = (end - start).clamp(min=0)
+    token = torch.arange(len(start)).repeat_interleave(lengths)
+    # position of each covered char: start of its token + rank inside the token
+    first = torch.cumsum(lengths, 0) - lengths
+    chars = start.repeat_interleave(lengths) + torch.arange(int(lengths.sum())) - first.repeat_interleave(lengths)
+    owner = torch.full((n_chars,), -1, dtype=torch.long)
+    owner.scatter_reduce_(0, chars, token, reduce="amax")  # byte-level BPE spans can overlap: take the last
+    return torch.cummax(owner, 0).values  # characters no token covers (e.g. dropped spaces) look back
+
+
+def align_sequence(sender_offsets: torch.Tensor, receiver_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
+    """Sender token index for every receiver token of one text.
+
+    ``sender_offsets``: ``[Ts, 2]``, ``receiver_offsets``: ``[Tr, 2]``; returns ``[Tr]`` long.
+    Raises :class:`AlignmentError` when the sender has no token that covers any character.
+    """
+    has_chars = sender_offsets[:, 1] > sender_offsets[:, 0]
+    if n_chars == 0 or not bool(has_chars.any()):
+        raise AlignmentError(
+            "The sender's tokenization of this context covers no characters (empty text, or only "
+            "special tokens), so there is nothing to transfer. Pass a non-empty context text."
+        )
+    owner = char_owner(sender_offsets, n_chars)
+    first_content = int(torch.nonzero(has_chars)[0])
+    last_char = (receiver_offsets[:, 1].long() - 1).clamp(0, n_chars - 1)
+    index = owner[last_char]
+    return torch.where(index < 0, first_content, index)
+
+
+@dataclass
+class TokenAlignment:
+    """A batch of aligned contexts.
+
+    - ``sender_index`` ``[B, Tr]``: column of the padded sender cache each receiver token draws from.
+    - ``receiver_ids`` ``[B, Tr]``: receiver token ids, left-padded so all rows end together.
+    - ``attention_mask`` ``[B, Tr]``: 1 for real receiver tokens.
+    - ``native_prefix``: the first ``native_prefix`` real tokens of each row are computed natively.
+    """
+
+    sender_index: torch.Tensor
+    receiver_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    native_prefix: int
+
+    @property
+    def receiver_positions(self) -> torch.Tensor:
+        """``[B, Tr]`` receiver positions as ``generate`` computes them from a left-padded mask."""
+        return (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    @property
+    def native_mask(self) -> torch.Tensor:
+        """``[B, Tr]`` bool: positions whose KV the receiver computes itself."""
+        return self.attention_mask.bool() & (self.receiver_positions < self.native_prefix)
+
+    @property
+    def mapped_mask(self) -> torch.Tensor:
+        """``[B, Tr]`` bool: positions whose KV comes from the sender."""
+        return self.attention_mask.bool() & ~self.native_mask
+
+
+def leading_empty(offsets: torch.Tensor) -> int:
+    """Number of leading tokens with no characters (BOS and other prefix special tokens)."""
+    empty = offsets[:, 1] <= offsets[:, 0]
+    return int(torch.cumprod(empty.long(), 0).sum())
+
+
+def align_batch(
+    sender_offsets: list[torch.Tensor],
+    receiver_offsets: list[torch.Tensor],
+    receiver_ids: list[torch.Tensor],
+    n_chars: list[int],
+    *,
+    min_native: int = 1,
+) -> TokenAlignment:
+    """Align a batch of texts. Sender caches are expected right-padded (real tokens at columns 0..Ts-1).
+
+    Each list holds one entry per text: offsets ``[T, 2]``, receiver ids ``[Tr]``, the text length.
+    """
+    natives = {leading_empty(off) for off in receiver_offsets}
+    native = max(max(natives), min_native)
+    lengths = [len(ids) for ids in receiver_ids]
+    if min(lengths) <= native:
+        raise AlignmentError(
+            f"A context has {min(lengths)} receiver token(s) but the receiver computes its first "
+            f"{native} natively, so nothing would be transferred. Pass a longer context."
+        )
+    width = max(lengths)
+    batch = len(receiver_ids)
+    index = torch.zeros(batch, width, dtype=torch.long)
+    ids = torch.zeros(batch, width, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for row, (s_off, r_off, r_ids, chars) in enumerate(zip(sender_offsets, receiver_offsets, receiver_ids, n_chars)):
+        pad = width - len(r_ids)
+        index[row, pad:] = align_sequence(s_off, r_off, chars)
+        ids[row, pad:] = r_ids
+        mask[row, pad:] = 1
+    return TokenAlignment(sender_index=index, receiver_ids=ids, attention_mask=mask, native_prefix=native)
+
+
+def layers_by_depth(sender_layers: int, receiver_layers: int, k: int = 2) -> list[list[int]]:
+    """For each receiver layer, the ``k`` sender layers nearest its relative depth (sorted, distinct)."""
+    plan = []
+    for layer in range(receiver_layers):
+        depth = layer * (sender_layers - 1) / max(receiver_layers - 1, 1)
+        order = sorted(range(sender_layers), key=lambda s: (abs(s - depth), s))
+        plan.append(sorted(order[: min(k, sender_layers)]))
+    return plan

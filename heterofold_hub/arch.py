@@ -1,0 +1,141 @@
+"""What HeteroFold needs to know about a model's KV cache, read from the model itself.
+
+Keys in a ``transformers`` cache are stored *after* rotary embedding, so a key from one model is only
+meaningful to another after un-rotating it with the first model's RoPE and re-rotating it with the
+second's. Both directions take cos/sin from the model's own rotary module, so rope scaling, partial
+rotary (GPT-NeoX, Phi-3) and theta are exactly what the model uses. Models with absolute positions
+(GPT-2) have no rotation to undo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from .errors import UnsupportedArchitectureError
+
+# model_type -> how its attention stores keys. Every entry is covered by the architecture test matrix;
+# an architecture that is not listed is refused rather than mapped with a guessed layout.
+ROTATE_HALF = "rotate_half"  # rotary on the first `rotary_dim` dims, halves rotated (HF default)
+ABSOLUTE = "absolute"  # no rotary: positions live in the hidden states (GPT-2)
+SUPPORTED_ARCHITECTURES = {
+    "llama": ROTATE_HALF,
+    "mistral": ROTATE_HALF,
+    "qwen2": ROTATE_HALF,
+    "gemma": ROTATE_HALF,
+    "phi3": ROTATE_HALF,
+    "gpt_neox": ROTATE_HALF,
+    "gpt2": ABSOLUTE,
+}
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """Shape of one model's KV cache: ``num_layers`` layers of ``[batch, kv_heads, seq, head_dim]``."""
+
+    model_type: str
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    rope: str
+    max_positions: int
+
+    @property
+    def width(self) -> int:
+        """Features per token and layer once heads are flattened: ``kv_heads * head_dim``."""
+        return self.kv_heads * self.head_dim
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _first(config, *names, default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def kv_spec(model_or_config) -> KVSpec:
+    """Read the KV layout of a causal LM (or its config); refuse architectures we cannot map."""
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"Architecture {model_type!r} is not supported: HeteroFold maps KV caches of "
+            f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}. Its cache layout (rotary style, cache "
+            "class) has not been verified, so no cache is produced rather than a wrong one. "
+            "Use a supported sender/receiver, or add the architecture to SUPPORTED_ARCHITECTURES "
+            "with a test in tests/test_architectures.py."
+        )
+    heads = _first(config, "num_attention_heads", "n_head")
+    hidden = _first(config, "hidden_size", "n_embd")
+    return KVSpec(
+        model_type=model_type,
+        num_layers=_first(config, "num_hidden_layers", "n_layer"),
+        kv_heads=_first(config, "num_key_value_heads", default=heads),
+        head_dim=_first(config, "head_dim", default=hidden // heads),
+        rope=SUPPORTED_ARCHITECTURES[model_type],
+        max_positions=_first(config, "max_position_embeddings", "n_positions"),
+    )
+
+
+def rotary_module(model: nn.Module) -> nn.Module | None:
+    """The model's own rotary embedding module (``model.model.rotary_emb`` and kin), or None."""
+    base = getattr(model, "base_model", model)
+    return getattr(base, "rotary_emb", None)
+
+
+class Rope:
+    """Rotate / un-rotate keys with one model's own RoPE tables.
+
+    ``cos``/``sin`` come from the model's rotary module as ``[batch, seq, rotary_dim]``; only the
+    first ``rotary_dim`` dims of each head rotate (partial rotary), the rest pass through.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.spec = kv_spec(model)
+        self.module = rotary_module(model) if self.spec.rope == ROTATE_HALF else None
+        if self.spec.rope == ROTATE_HALF and self.module is None:
+            raise UnsupportedArchitectureError(
+                f"{self.spec.model_type!r} model has no `rotary_emb` module on its base model; "
+                "HeteroFold cannot un-rotate its keys. Load it with transformers' own modeling code."
+            )
+
+    def tables(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos, sin ``[batch, seq, rotary_dim]`` for ``position_ids`` ``[batch, seq]``, or None (no RoPE)."""
+        if self.module is None:
+            return None
+        probe = torch.empty(0, dtype=torch.float32, device=position_ids.device)
+        cos, sin = self.module(probe, position_ids)
+        return cos.to(dtype), sin.to(dtype)
+
+    @staticmethod
+    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    @classmethod
+    def rotate(cls, x: torch.Tensor, tables) -> torch.Tensor:
+        """Apply RoPE. ``x``: ``[batch, seq, heads, head_dim]``; tables broadcast over heads."""
+        if tables is None:
+            return x
+        cos, sin = (t.unsqueeze(2) for t in tables)
+        rd = cos.shape[-1]
+        rot = x[..., :rd] * cos + cls._rotate_half(x[..., :rd]) * sin
+        return torch.cat((rot, x[..., rd:]), dim=-1) if rd < x.shape[-1] else rot
+
+    @classmethod
+    def unrotate(cls, x: torch.Tensor, tables) -> torch.Tensor:
+        """Invert :meth:`rotate`. Dividing by cos^2+sin^2 also undoes rope attention scaling (YaRN)."""
+        if tables is None:
+            return x
+        cos, sin = (t.unsqueeze(2) for t in tables)
+        rd = cos.shape[-1]
+        scale = cos * cos + sin * sin
+        rot = (x[..., :rd] * cos - cls._rotate_half(x[..., :rd]) * sin) / scale
+        return torch.cat((rot, x[..., rd:]), dim=-1) if rd < x.shape[-1] else rot

@@ -1,0 +1,77 @@
+"""Calibration features: both frozen models run over calibration text, aligned token by token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from rich.progress import Progress
+
+from .arch import KVSpec
+from .kvcache import cache_layers
+from .models import Side
+from .transfer import receiver_targets
+from .windows import Batch, Window, prepare_batch
+
+
+@dataclass
+class CalibrationSet:
+    """Aligned features of mapped positions only (native-prefix and padding positions dropped).
+
+    ``sender[i]``: keys, values ``[N, Hs*Ds]`` of sender layer ``i`` (keys un-rotated);
+    ``receiver[r]``: keys, values ``[N, Hr*Dr]`` of receiver layer ``r`` (keys un-rotated).
+    """
+
+    sender_name: str
+    receiver_name: str
+    sender_spec: KVSpec
+    receiver_spec: KVSpec
+    sender: list[tuple[torch.Tensor, torch.Tensor]]
+    receiver: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.sender[0][0])
+
+
+def receiver_features(receiver: Side, batch: Batch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The receiver's own un-rotated K/V ``[B, Tr, Hr*Dr]`` over the positions a transfer provides."""
+    alignment = batch.alignment
+    with torch.no_grad():
+        out = receiver.model(
+            input_ids=alignment.receiver_ids.to(receiver.model.device),
+            attention_mask=alignment.attention_mask.to(receiver.model.device),
+            use_cache=True,
+        )
+    return receiver_targets(cache_layers(out.cache), alignment.receiver_positions, receiver.rope)
+
+
+def collect(
+    sender: Side,
+    receiver: Side,
+    windows: list[Window],
+    *,
+    batch_size: int = 8,
+    max_tokens: int = 32768,
+    seed: int = 0,
+    min_native: int = 1,
+    progress: bool = True,
+) -> CalibrationSet:
+    """Run both models over ``windows`` and keep up to ``max_tokens`` aligned positions (seeded subsample)."""
+    sends, recvs = [], []
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("calibration features", total=len(windows))
+        for start in range(0, len(windows), batch_size):
+            batch = prepare_batch(windows[start : start + batch_size], sender, receiver, min_native=min_native)
+            keep = batch.alignment.mapped_mask
+            sends.append([(k[keep], v[keep]) for k, v in batch.features])
+            recvs.append([(k[keep], v[keep]) for k, v in receiver_features(receiver, batch)])
+            bar.advance(task, len(batch))
+    merge = lambda parts: [tuple(torch.cat([p[i][j] for p in parts]) for j in range(2)) for i in range(len(parts[0]))]
+    sender_feats, receiver_feats = merge(sends), merge(recvs)
+    total = len(sender_feats[0][0])
+    if total > max_tokens:
+        pick = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:max_tokens]
+        sender_feats = [(k[pick], v[pick]) for k, v in sender_feats]
+        receiver_feats = [(k[pick], v[pick]) for k, v in receiver_feats]
+    return CalibrationSet(sender.name, receiver.name, sender.spec, receiver.spec, sender_feats, receiver_feats)

@@ -1,0 +1,87 @@
+"""``hf-fold eval``: arguments, their checks, and the run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import HeteroFoldError
+from ..methods import METHODS
+
+
+@dataclass
+class EvalArgs:
+    sender: str
+    receiver: str
+    methods: list[str]
+    data: str
+    calib_data: str
+    context_tokens: int
+    continuation_tokens: int
+    windows: int
+    calib_windows: int
+    batch_size: int
+    seed: int
+    json_path: Path | None
+
+    def validate(self) -> None:
+        """Every argument problem at once, phrased in flags (before any model is loaded)."""
+        problems = []
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            problems.append(f"--methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
+        if not self.methods:
+            problems.append("--methods: give at least one method")
+        for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
+                                 ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
+            if value < low:
+                problems.append(f"{flag}: {value} is too small (minimum {low})")
+        if self.sender == self.receiver:
+            problems.append(f"--sender and --receiver are both {self.sender!r}; transfer needs two different models")
+        if problems:
+            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+
+def results_table(result: dict) -> Table:
+    table = Table(title=f"{result['sender']} -> {result['receiver']}: {result['windows']} windows, "
+                        f"{result['context_tokens']} context + {result['continuation_tokens']} continuation tokens")
+    for col in ("method", "recovered", "KL (nats/tok)", "top-1", "NLL (nats/tok)"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for name, row in result["methods"].items():
+        table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
+                      f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
+    table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} nats/token"
+    return table
+
+
+def run_eval(args: EvalArgs, console: Console) -> dict:
+    args.validate()
+    from ..data import read_texts
+    from ..evaluate import evaluate
+    from ..fitting import fit_methods
+    from ..models import Side
+    from ..windows import make_windows
+
+    eval_texts, calib_texts = read_texts(args.data), read_texts(args.calib_data)
+    if set(eval_texts) & set(calib_texts):
+        raise HeteroFoldError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share documents; "
+                              "held-out text must never be fitted on. Use disjoint data.")
+    with console.status("loading models"):
+        sender, receiver = Side.load(args.sender), Side.load(args.receiver)
+    cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+    calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows, **cut)
+    held_out = make_windows(eval_texts, receiver, max_windows=args.windows, **cut)
+    adapters = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size, seed=args.seed)
+    result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
+    result["calibration_windows"] = len(calib)
+    console.print(results_table(result))
+    if args.json_path:
+        from ..io import write_json_atomic
+
+        write_json_atomic(args.json_path, result)
+        console.print(f"wrote {args.json_path}")
+    return result

@@ -1,0 +1,17 @@
+"""The project's own error types: every message names the bad value, the valid choices and the fix."""
+
+
+class HeteroFoldError(ValueError):
+    """Base class for every error HeteroFold raises on bad input."""
+
+
+class UnsupportedArchitectureError(HeteroFoldError):
+    """A model whose KV-cache layout HeteroFold cannot map correctly."""
+
+
+class PairMismatchError(HeteroFoldError):
+    """A cache, model or adapter that does not belong to the declared (sender, receiver) pair."""
+
+
+class AlignmentError(HeteroFoldError):
+    """A context the two tokenizers cannot be aligned on (empty text, only special tokens, ...)."""

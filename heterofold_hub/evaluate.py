@@ -1,0 +1,89 @@
+"""Fidelity of transfer methods on held-out windows (DESIGN.md, Measures).
+
+Per window: continuation NLL, KL(native || method) per token and top-1 agreement with native prefill.
+``recovered = (NLL_no_context - NLL_method) / (NLL_no_context - NLL_native)`` on window means, with
+standard errors from a leave-one-window-out jackknife.
+"""
+
+from __future__ import annotations
+
+import torch
+from rich.progress import Progress
+
+from .forward import native_logits, no_context_logits, transferred_logits
+from .methods.base import PairAdapter
+from .models import Side
+from .windows import Window, prepare_batch
+
+REFERENCE_METHODS = ("native", "no-context")
+
+
+def token_measures(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-window means ``[B]`` of nll, kl(reference || logits) and top-1 agreement with reference."""
+    logp = logits.log_softmax(-1)
+    ref = reference.log_softmax(-1)
+    nll = -logp.gather(-1, targets[..., None]).squeeze(-1)
+    kl = (ref.exp() * (ref - logp)).sum(-1)
+    top1 = (logits.argmax(-1) == reference.argmax(-1)).float()
+    return {"nll": nll.mean(1), "kl": kl.mean(1), "top1": top1.mean(1)}
+
+
+def _jackknife_se(values: torch.Tensor, stat) -> float:
+    """Standard error of ``stat(values)`` by leave-one-out over windows (dim 0)."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    keep = ~torch.eye(n, dtype=torch.bool)
+    loo = torch.stack([stat(values[keep[i]]) for i in range(n)])
+    return float(((n - 1) / n * (loo - loo.mean()).pow(2).sum()).sqrt())
+
+
+def summarise(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[str, float]]:
+    """Window means, SEs and ``recovered`` for every method from per-window measures ``[W]``."""
+    stacked = torch.stack([per_window["no-context"]["nll"], per_window["native"]["nll"]], 1)
+    summary = {}
+    for name, measures in per_window.items():
+        triple = torch.cat([stacked, measures["nll"][:, None]], 1)  # [W, 3]: none, native, method
+        recovered = lambda t: (t[:, 0].mean() - t[:, 2].mean()) / (t[:, 0].mean() - t[:, 1].mean())
+        row = {"recovered": float(recovered(triple)), "recovered_se": _jackknife_se(triple, recovered)}
+        for key, values in measures.items():
+            row[key] = float(values.mean())
+            row[f"{key}_se"] = float(values.std() / len(values) ** 0.5) if len(values) > 1 else float("nan")
+        summary[name] = row
+    return summary
+
+
+@torch.no_grad()
+def evaluate(
+    sender: Side,
+    receiver: Side,
+    adapters: dict[str, PairAdapter],
+    windows: list[Window],
+    *,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> dict:
+    """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``."""
+    per_window: dict[str, dict[str, list]] = {}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("evaluating", total=len(windows))
+        for start in range(0, len(windows), batch_size):
+            batch = prepare_batch(windows[start : start + batch_size], sender, receiver)
+            native = native_logits(receiver, batch)
+            logits = {"native": native, "no-context": no_context_logits(receiver, batch)}
+            logits.update({name: transferred_logits(a, receiver, batch) for name, a in adapters.items()})
+            for name, values in logits.items():
+                for key, v in token_measures(values, native, batch.targets).items():
+                    per_window.setdefault(name, {}).setdefault(key, []).append(v)
+            bar.advance(task, len(batch))
+    merged = {name: {k: torch.cat(v) for k, v in m.items()} for name, m in per_window.items()}
+    summary = summarise(merged)
+    return {
+        "sender": sender.name,
+        "receiver": receiver.name,
+        "context_tokens": len(windows[0].receiver_context),
+        "continuation_tokens": len(windows[0].continuation),
+        "windows": len(windows),
+        "benefit": summary["no-context"]["nll"] - summary["native"]["nll"],
+        "methods": summary,
+    }

@@ -1,0 +1,34 @@
+"""Fitting the baseline transfer methods on calibration windows (same data and budget for all)."""
+
+from __future__ import annotations
+
+from .calibration import collect
+from .methods import get_method
+from .methods.base import PairAdapter
+from .models import Side
+from .windows import Window, prepare_batch
+
+CLOSED_FORM = ("recolor", "kv-ridge")
+
+
+def fit_methods(
+    sender: Side,
+    receiver: Side,
+    methods: list[str],
+    windows: list[Window],
+    *,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = True,
+    **options,
+) -> dict[str, PairAdapter]:
+    """One adapter per method, all fitted on the same calibration ``windows``."""
+    classes = {name: get_method(name) for name in methods}
+    calib = collect(sender, receiver, windows, batch_size=batch_size, seed=seed, progress=progress)
+    batches = None
+    adapters = {}
+    for name, cls in classes.items():
+        if name not in CLOSED_FORM and batches is None:
+            batches = [prepare_batch(windows[i : i + batch_size], sender, receiver) for i in range(0, len(windows), batch_size)]
+        adapters[name] = cls.fit(calib, batches=batches, receiver=receiver, seed=seed, progress=progress, **options)
+    return adapters

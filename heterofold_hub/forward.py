@@ -1,0 +1,42 @@
+"""The receiver's next-token logits on a batch's continuation: native, without context, or transferred."""
+
+from __future__ import annotations
+
+import torch
+
+from .kvcache import build_cache
+from .methods.base import PairAdapter
+from .models import Side
+from .transfer import assemble, native_prefix_kv
+from .windows import Batch
+
+
+def native_logits(receiver: Side, batch: Batch) -> torch.Tensor:
+    """``[B, M, V]`` after the receiver's own prefill of the context (the quality reference)."""
+    out = receiver.model(input_ids=batch.native_ids.to(receiver.model.device))
+    return out.logits[:, -batch.query.shape[1] :].float()
+
+
+def no_context_logits(receiver: Side, batch: Batch) -> torch.Tensor:
+    """``[B, M, V]`` when the receiver sees only its prefix special tokens and the query."""
+    ids = torch.cat([batch.prefix.expand(len(batch), -1), batch.query], dim=1)
+    out = receiver.model(input_ids=ids.to(receiver.model.device))
+    return out.logits[:, -batch.query.shape[1] :].float()
+
+
+def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch) -> torch.Tensor:
+    """``[B, M, V]`` when the receiver continues from the mapped cache (differentiable w.r.t. the adapter)."""
+    model = receiver.model
+    alignment = batch.alignment
+    native = native_prefix_kv(model, alignment)
+    layers = assemble(adapter, batch.features, alignment, receiver.rope, native, dtype=model.dtype)
+    steps = batch.query.shape[1]
+    positions = alignment.receiver_positions[:, -1:] + 1 + torch.arange(steps)
+    mask = torch.cat([alignment.attention_mask, torch.ones_like(batch.query)], dim=1)
+    out = model(
+        input_ids=batch.query.to(model.device),
+        attention_mask=mask.to(model.device),
+        position_ids=positions.to(model.device),
+        cache=build_cache(layers),
+    )
+    return out.logits.float()

@@ -1,0 +1,103 @@
+"""The one base class every transfer method implements (kvpress style: one abstract method).
+
+A method maps *aligned, un-rotated* sender features to one receiver layer's keys and values. Token
+alignment, RoPE and cache assembly are shared (``heterofold_hub.transfer``), so a new method is one
+folder with a config dataclass, a ``PairAdapter`` subclass and its ``fit``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+from torch import nn
+
+from ..errors import HeteroFoldError
+
+METHODS: dict[str, type["PairAdapter"]] = {}
+
+
+def register_method(name: str):
+    """Class decorator: make a PairAdapter subclass available under ``name`` (PEFT-style mapping)."""
+
+    def wrap(cls):
+        cls.method = name
+        METHODS[name] = cls
+        return cls
+
+    return wrap
+
+
+def get_method(name: str) -> type["PairAdapter"]:
+    if name not in METHODS:
+        raise HeteroFoldError(f"Unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}.")
+    return METHODS[name]
+
+
+@dataclass
+class AdapterConfig:
+    """What an adapter was fitted for and how. It is the adapter's on-disk JSON.
+
+    ``layer_sources[r]`` lists the sender layers whose features feed receiver layer ``r``.
+    """
+
+    method: str
+    sender: str
+    receiver: str
+    sender_spec: dict
+    receiver_spec: dict
+    layer_sources: list[list[int]]
+    min_native: int = 1
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        n_recv, n_send = self.receiver_spec["num_layers"], self.sender_spec["num_layers"]
+        if len(self.layer_sources) != n_recv:
+            raise HeteroFoldError(
+                f"layer_sources has {len(self.layer_sources)} entries but the receiver has {n_recv} layers."
+            )
+        widths = {len(s) for s in self.layer_sources}
+        if len(widths) != 1 or any(not 0 <= i < n_send for s in self.layer_sources for i in s):
+            raise HeteroFoldError(
+                f"layer_sources must list the same number of sender layers (0..{n_send - 1}) for every "
+                f"receiver layer; got {self.layer_sources}."
+            )
+
+    @property
+    def in_features(self) -> int:
+        """Input width of each receiver layer's map: sources x sender kv_heads x head_dim."""
+        return len(self.layer_sources[0]) * self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
+
+    @property
+    def out_features(self) -> int:
+        return self.receiver_spec["kv_heads"] * self.receiver_spec["head_dim"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AdapterConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise HeteroFoldError(f"Unknown adapter config fields {unknown}; known: {sorted(known)}.")
+        return cls(**data)
+
+
+class PairAdapter(nn.Module, ABC):
+    """Maps one (sender, receiver) pair's aligned sender features to receiver K/V."""
+
+    method: str = "base"
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        self.config = config
+
+    @abstractmethod
+    def map_layer(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Receiver layer ``layer``'s un-rotated keys and values.
+
+        ``keys``/``values``: ``[batch, seq, in_features]`` (sender features of ``layer_sources[layer]``,
+        heads flattened, keys un-rotated); returns two ``[batch, seq, receiver kv_heads * head_dim]``.
+        """

@@ -1,0 +1,34 @@
+"""KV Ridge (arXiv 2608.03893): training-free closed-form ridge from aligned sender K/V to receiver K/V."""
+
+import torch
+
+from ...stats import r2, ridge
+from ..affine import AffineAdapter, fit_affine
+from ..base import register_method
+
+
+def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096) -> list[list[int]]:
+    """For each receiver layer, the ``k`` sender layers whose ridge fit explains most of its K and V."""
+    n = min(probe_tokens, calib.tokens)
+    plan = []
+    for recv_k, recv_v in calib.receiver:
+        scores = []
+        for send_k, send_v in calib.sender:
+            score = 0.0
+            for x, y in ((send_k[:n], recv_k[:n]), (send_v[:n], recv_v[:n])):
+                w, b = ridge(x, y, lam)
+                score += r2(x, y, w, b)
+            scores.append(score)
+        plan.append(sorted(torch.tensor(scores).topk(min(k, len(scores))).indices.tolist()))
+    return plan
+
+
+@register_method("kv-ridge")
+class KVRidgeAdapter(AffineAdapter):
+    """Per receiver layer, ridge regression (``lam`` relative to the mean feature variance) from the
+    ``sources_per_layer`` best-correlated sender layers; RoPE is stripped before and re-applied after."""
+
+    @classmethod
+    def fit(cls, calib, *, sources_per_layer: int = 2, lam: float = 0.01, **_) -> "KVRidgeAdapter":
+        sources = best_correlated_layers(calib, sources_per_layer, lam)
+        return fit_affine(cls, calib, "kv-ridge", sources, lambda x, y: ridge(x, y, lam), lam=lam)

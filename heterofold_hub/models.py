@@ -1,0 +1,109 @@
+"""Loading frozen models and tokenizers by Hub id, local path or demo id, with clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from .arch import KVSpec, Rope, kv_spec
+from .errors import AlignmentError, HeteroFoldError
+from .zoo import DEMO_MODELS, resolve_demo
+
+
+def resolve(name_or_path: str) -> str:
+    """A demo id becomes its shipped folder; anything else is passed to transformers as is."""
+    demo = resolve_demo(str(name_or_path))
+    return str(demo) if demo is not None else str(name_or_path)
+
+
+def _not_found(name: str, err: Exception) -> HeteroFoldError:
+    return HeteroFoldError(
+        f"Model {name!r} could not be loaded: it is not a local folder, not a shipped demo model "
+        f"({', '.join(DEMO_MODELS)}), and the Hub could not provide it ({type(err).__name__}: "
+        f"{str(err).splitlines()[0] if str(err) else ''}). Check the spelling, pass a local folder, or "
+        "download it first (`hf download ORG/NAME`) and run with HF_HUB_OFFLINE=1."
+    )
+
+
+def load_config(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False):
+    try:
+        return AutoConfig.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only)
+    except (OSError, ValueError) as err:
+        raise _not_found(name_or_path, err) from err
+
+
+def load_model(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    torch_dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    local_files_only: bool = False,
+) -> torch.nn.Module:
+    """A frozen causal LM in eval mode. Never sets ``trust_remote_code``."""
+    kv_spec(load_config(name_or_path, revision=revision, local_files_only=local_files_only))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve(name_or_path), revision=revision, dtype=torch_dtype or torch.float32, local_files_only=local_files_only
+        )
+    except (OSError, ValueError) as err:
+        raise _not_found(name_or_path, err) from err
+    model.requires_grad_(False).eval()
+    model.name_or_path = str(name_or_path)  # the id the user gave, not the resolved folder
+    return model.to(device) if device is not None else model
+
+
+def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False) -> PreTrainedTokenizerBase:
+    try:
+        tok = AutoTokenizer.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only)
+    except (OSError, ValueError) as err:
+        raise _not_found(name_or_path, err) from err
+    if not tok.is_fast:
+        raise HeteroFoldError(
+            f"The tokenizer of {name_or_path!r} is a slow (Python) tokenizer; token alignment needs "
+            "character offsets, which only fast tokenizers give. Save a tokenizer.json for it."
+        )
+    return tok
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``[T]`` and character offsets ``[T, 2]`` of ``text``."""
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+    offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).view(-1, 2)
+    if len(ids) == 0:
+        raise AlignmentError(f"The tokenizer turned {text[:40]!r} into no tokens; pass a non-empty context.")
+    return ids, offsets
+
+
+@dataclass
+class Side:
+    """One end of a pair: its id, tokenizer, KV layout and RoPE (and the model when loaded)."""
+
+    name: str
+    tokenizer: PreTrainedTokenizerBase
+    spec: KVSpec
+    rope: Rope
+    model: torch.nn.Module | None = None
+
+    @classmethod
+    def load(cls, name_or_path: str, *, with_model: bool = True, **kwargs) -> "Side":
+        model = load_model(name_or_path, **kwargs) if with_model else None
+        config = model.config if model is not None else load_config(name_or_path)
+        tokenizer = load_tokenizer(name_or_path)
+        rope = Rope(model) if model is not None else None
+        return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=rope, model=model)
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> "Side":
+        name = name or getattr(model, "name_or_path", None) or model.config.name_or_path
+        return cls(name=str(name), tokenizer=tokenizer, spec=kv_spec(model), rope=Rope(model), model=model)
+
+    def prefix_ids(self) -> torch.Tensor:
+        """The special tokens this tokenizer puts before any text (e.g. ``[BOS]``), ``[P]``."""
+        ids = self.tokenizer("x", add_special_tokens=True)["input_ids"]
+        plain = self.tokenizer("x", add_special_tokens=False)["input_ids"]
+        return torch.tensor(ids[: len(ids) - len(plain)] if ids[-len(plain):] == plain else [], dtype=torch.long)

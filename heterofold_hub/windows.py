@@ -1,0 +1,131 @@
+"""(context, continuation) windows cut from text, and the batches every fit and measure runs on.
+
+A window is cut in *receiver* tokens, so every window of a run has the same receiver length and no
+receiver padding is needed. The receiver reads ``[prefix] + context + continuation``; with a
+transferred cache it reads ``context[-1] + continuation[:-1]`` as its query and predicts the
+continuation, so native, transferred and no-context runs score the same targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .alignment import TokenAlignment, align_batch
+from .errors import HeteroFoldError
+from .kvcache import cache_layers
+from .models import Side, encode
+from .transfer import Features, sender_features
+
+
+@dataclass
+class Window:
+    """``context`` is the text the sender reads; receiver ids/offsets ``[Tc]``/``[Tc, 2]`` are relative to it."""
+
+    context: str
+    receiver_context: torch.Tensor
+    receiver_offsets: torch.Tensor
+    continuation: torch.Tensor
+    source: str = ""
+
+
+def make_windows(
+    texts: list[str],
+    receiver: Side,
+    *,
+    context_tokens: int,
+    continuation_tokens: int,
+    max_windows: int,
+    per_text: int = 2,
+) -> list[Window]:
+    """Windows taken from the *end* of each text backwards (questions and answers sit at the end).
+
+    Deterministic: texts in order, at most ``per_text`` windows from each.
+    """
+    span = context_tokens + continuation_tokens
+    windows: list[Window] = []
+    for text_index, text in enumerate(texts):
+        ids, offsets = encode(receiver.tokenizer, text, add_special_tokens=False)
+        for k in range(min(per_text, len(ids) // span)):
+            start = len(ids) - (k + 1) * span
+            ctx = slice(start, start + context_tokens)
+            first_char, last_char = int(offsets[ctx][0, 0]), int(offsets[ctx][-1, 1])
+            windows.append(
+                Window(
+                    context=text[first_char:last_char],
+                    receiver_context=ids[ctx],
+                    receiver_offsets=offsets[ctx] - first_char,
+                    continuation=ids[start + context_tokens : start + span],
+                    source=f"text {text_index}, tokens {start}..{start + span}",
+                )
+            )
+            if len(windows) == max_windows:
+                return windows
+    if not windows:
+        raise HeteroFoldError(
+            f"No text holds {span} receiver tokens ({context_tokens} context + {continuation_tokens} "
+            "continuation). Use longer texts or pass smaller --context-tokens/--continuation-tokens."
+        )
+    return windows
+
+
+@dataclass
+class Batch:
+    """Windows made ready for the receiver; sender features already gathered and un-rotated.
+
+    - ``alignment`` covers the receiver's prefix + ``context[:-1]`` (the part a transfer provides);
+    - ``query`` ``[B, M]``: ``context[-1] + continuation[:-1]``; ``targets`` ``[B, M]``: continuation;
+    - ``native_ids`` ``[B, P + Tc + M - 1]``: what a native prefill + continuation reads.
+    """
+
+    alignment: TokenAlignment
+    features: Features
+    query: torch.Tensor
+    targets: torch.Tensor
+    native_ids: torch.Tensor
+    prefix: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.query)
+
+
+def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.Tensor]]:
+    """Run the frozen sender over ``contexts`` (right-padded). Returns cache layers and offsets per text."""
+    encoded = [encode(sender.tokenizer, text) for text in contexts]
+    width = max(len(ids) for ids, _ in encoded)
+    if width > sender.spec.max_positions:
+        raise HeteroFoldError(
+            f"A context is {width} sender tokens long but {sender.name!r} allows {sender.spec.max_positions} "
+            "positions. Pass a shorter context."
+        )
+    pad = sender.tokenizer.pad_token_id or 0
+    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (tokens, _) in enumerate(encoded):
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    device = sender.model.device
+    with torch.no_grad():
+        out = sender.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True)
+    return cache_layers(out.cache), [offsets for _, offsets in encoded]
+
+
+def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers: set[int] | None = None, min_native: int = 1) -> Batch:
+    """Sender prefill, token alignment and feature gathering for ``windows`` (no gradients)."""
+    sender_kv, sender_offsets = sender_prefill(sender, [w.context for w in windows])
+    prefix = receiver.prefix_ids()
+    empty = torch.zeros(len(prefix), 2, dtype=torch.long)
+    alignment = align_batch(
+        sender_offsets,
+        [torch.cat([empty, w.receiver_offsets[:-1]]) for w in windows],
+        [torch.cat([prefix, w.receiver_context[:-1]]) for w in windows],
+        [len(w.context) for w in windows],
+        min_native=min_native,
+    )
+    with torch.no_grad():
+        features = sender_features(sender_kv, alignment, sender.rope, layers)
+    query = torch.stack([torch.cat([w.receiver_context[-1:], w.continuation[:-1]]) for w in windows])
+    targets = torch.stack([w.continuation for w in windows])
+    native_ids = torch.stack([torch.cat([prefix, w.receiver_context, w.continuation[:-1]]) for w in windows])
+    return Batch(alignment, features, query, targets, native_ids, prefix)
