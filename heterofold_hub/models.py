@@ -15,8 +15,16 @@ from .zoo import DEMO_MODELS, resolve_demo
 
 def resolve(name_or_path: str) -> str:
     """A demo id becomes its shipped folder; anything else is passed to transformers as is."""
-    demo = resolve_demo(str(name_or_path))
-    return str(demo) if demo is not None else str(name_or_path)
+    name = str(name_or_path)
+    demo = resolve_demo(name)
+    if demo is not None:
+        return str(demo)
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+        raise HeteroFoldError(
+            f"Local model folder {name!r} does not exist. Pass an existing folder (with config.json), "
+            f"a Hub id such as 'meta-llama/Llama-3.1-8B', or a demo id ({', '.join(DEMO_MODELS)})."
+        )
+    return name
 
 
 def _not_found(name: str, err: Exception) -> HeteroFoldError:
@@ -74,6 +82,9 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens:
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     ids = torch.tensor(enc["input_ids"], dtype=torch.long)
     offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).view(-1, 2)
+    # special tokens written in the text ("<s>") carry no content: give them empty spans
+    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids, dtype=torch.long))
+    offsets[special, 1] = offsets[special, 0]
     if len(ids) == 0:
         raise AlignmentError(f"The tokenizer turned {text[:40]!r} into no tokens; pass a non-empty context.")
     return ids, offsets

@@ -44,6 +44,11 @@ def make_windows(
     Deterministic: texts in order, at most ``per_text`` windows from each.
     """
     span = context_tokens + continuation_tokens
+    if span + len(receiver.prefix_ids()) > receiver.spec.max_positions:
+        raise HeteroFoldError(
+            f"{context_tokens} context + {continuation_tokens} continuation tokens exceed the "
+            f"{receiver.spec.max_positions} positions of {receiver.name!r}. Pass smaller --context-tokens."
+        )
     windows: list[Window] = []
     for text_index, text in enumerate(texts):
         ids, offsets = encode(receiver.tokenizer, text, add_special_tokens=False)

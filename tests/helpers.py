@@ -1,0 +1,35 @@
+"""Small builders shared by tests (not fixtures, so parametrised tests can call them)."""
+
+from __future__ import annotations
+
+import torch
+
+from heterofold_hub.calibration import collect
+from heterofold_hub.methods.affine import AffineAdapter, config_for
+from heterofold_hub.models import Side
+from heterofold_hub.windows import make_windows
+
+from conftest import TRAIN_TEXT
+
+
+class IdentityAdapter(AffineAdapter):
+    """Receiver layer r reads sender layer r unchanged: only valid for identical models."""
+
+    @classmethod
+    def for_calibration(cls, calib) -> "IdentityAdapter":
+        layers = calib.sender_spec.num_layers
+        adapter = cls(config_for(calib, "identity", [[i] for i in range(layers)]))
+        eye, zero = torch.eye(adapter.config.in_features), torch.zeros(adapter.config.out_features)
+        for layer in range(layers):
+            for kind in "kv":
+                adapter.set_layer(layer, kind, eye, zero)
+        return adapter
+
+
+def texts(n: int = 6, size: int = 2500) -> list[str]:
+    return [TRAIN_TEXT[i * size : (i + 1) * size] for i in range(n)]
+
+
+def small_calibration(sender: Side, receiver: Side, context_tokens: int = 48, windows: int = 6):
+    w = make_windows(texts(), receiver, context_tokens=context_tokens, continuation_tokens=8, max_windows=windows)
+    return w, collect(sender, receiver, w, progress=False)

@@ -1,0 +1,61 @@
+"""Every supported family as sender and as receiver: transfer runs and the receiver generates from it."""
+
+import pytest
+import torch
+import transformers
+
+from heterofold_hub.arch import SUPPORTED_ARCHITECTURES, Rope, kv_spec
+from heterofold_hub.errors import UnsupportedArchitectureError
+from heterofold_hub.methods import get_method
+from heterofold_hub.models import Side
+from heterofold_hub.pipeline import TransferPipeline
+
+from conftest import tiny_model
+from helpers import small_calibration, texts
+
+ARCHS = sorted(SUPPORTED_ARCHITECTURES)
+
+
+@pytest.mark.parametrize("receiver_arch", ARCHS)
+@pytest.mark.parametrize("sender_arch", ARCHS)
+def test_transfer_matrix(sender_arch, receiver_arch, bpe, unigram):
+    sender = Side.from_model(tiny_model(sender_arch, len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=2, seed=2), unigram)
+    _, calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
+    pipe = TransferPipeline(get_method("recolor").fit(calib), sender, receiver)
+    context = texts()[2][:200]
+    with torch.no_grad():
+        sender_cache = sender.model(**bpe(context, return_tensors="pt"), use_cache=True).cache
+    result = pipe.transfer(sender_cache, context)
+    receiver_tokens = len(unigram(context).input_ids)
+    layer = result.cache.layers[0]
+    assert layer.keys.shape == (1, receiver.spec.kv_heads, receiver_tokens - 1, receiver.spec.head_dim)
+    assert len(result.cache.layers) == receiver.spec.num_layers
+    assert all(torch.isfinite(l.keys).all() and torch.isfinite(l.values).all() for l in result.cache.layers)
+    new = pipe.generate(result, max_new_tokens=3, do_sample=False)
+    assert new.shape == (1, 3)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rope_round_trip_with_the_models_own_tables(arch):
+    model = tiny_model(arch, 100)
+    rope, spec = Rope(model), kv_spec(model)
+    x = torch.randn(2, 7, spec.kv_heads, spec.head_dim)
+    tables = rope.tables(torch.arange(3, 10).expand(2, -1), torch.float32)
+    assert torch.allclose(Rope.unrotate(Rope.rotate(x, tables), tables), x, atol=1e-5)
+    if spec.rope == "absolute":
+        assert tables is None
+    else:
+        assert not torch.allclose(Rope.rotate(x, tables), x)
+        if arch in ("phi3", "gpt_neox"):  # partial rotary: the tail of each head passes through
+            rd = tables[0].shape[-1]
+            assert rd < spec.head_dim and torch.equal(Rope.rotate(x, tables)[..., rd:], x[..., rd:])
+
+
+@pytest.mark.parametrize("config", [
+    transformers.GPTJConfig(n_embd=32, n_layer=1, n_head=2, vocab_size=50),
+    transformers.BloomConfig(hidden_size=32, n_layer=1, n_head=2, vocab_size=50),
+])
+def test_unsupported_architecture_is_named(config):
+    with pytest.raises(UnsupportedArchitectureError, match=repr(config.model_type)):
+        kv_spec(config)
