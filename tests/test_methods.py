@@ -1,0 +1,86 @@
+"""The fits themselves: ridge, moment matching, layer choice, Dense Latent training, method registry."""
+
+import pytest
+import torch
+
+from heterofold_hub.arch import KVSpec
+from heterofold_hub.calibration import CalibrationSet
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.methods import METHODS, get_method, register_method
+from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods.kv_ridge import best_correlated_layers
+from heterofold_hub.stats import moment_match, ridge
+
+
+def correlated(n=4000, din=12, dout=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, din, generator=g) @ torch.randn(din, din, generator=g) + 3
+    a = torch.randn(din, dout, generator=g)
+    return x, a
+
+
+def test_ridge_recovers_a_linear_map():
+    x, a = correlated()
+    w, b = ridge(x, x @ a + 0.5, lam=1e-8)
+    assert torch.allclose(w, a, atol=1e-3) and torch.allclose(b, torch.full((8,), 0.5), atol=1e-2)
+
+
+def test_moment_matching_gives_the_receivers_mean_and_covariance():
+    x, a = correlated()
+    y = torch.tanh(x @ a) * 4 + torch.randn(len(x), 8) - 1  # not linear in x
+    w, b = moment_match(x, y, eps=1e-9)
+    out = x @ w + b
+    assert torch.allclose(out.mean(0), y.mean(0), atol=1e-3)
+    assert torch.allclose(torch.cov(out.T), torch.cov(y.T), rtol=1e-2, atol=1e-2)
+    # ridge shrinks the output variance on the same data: the paper's argument for recoloring
+    wr, br = ridge(x, y)
+    assert torch.cov((x @ wr + br).T).trace() < 0.95 * torch.cov(y.T).trace()
+
+
+def synthetic_calibration(n=3000):
+    g = torch.Generator().manual_seed(1)
+    spec_s = KVSpec("llama", 4, 2, 4, "rotate_half", 64)
+    spec_r = KVSpec("qwen2", 2, 1, 4, "rotate_half", 64)
+    sender = [(torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)) for _ in range(4)]
+    mix = torch.randn(8, 4, generator=g)
+    receiver = [(sender[0][0] @ mix, sender[0][1] @ mix), (sender[3][0] @ mix, sender[3][1] @ mix)]
+    return CalibrationSet("s", "r", spec_s, spec_r, sender, receiver)
+
+
+def test_kv_ridge_picks_the_correlated_sender_layer():
+    calib = synthetic_calibration()
+    assert best_correlated_layers(calib, k=1, lam=0.01) == [[0], [3]]
+    adapter = get_method("kv-ridge").fit(calib)
+    x = torch.cat([calib.sender[s][0] for s in adapter.config.layer_sources[0]], -1)
+    k, _ = adapter.map_layer(0, x[None], x[None])
+    target = calib.receiver[0][0]
+    assert (k[0] - target).pow(2).mean() < 0.01 * target.var()  # ridge shrinks a little, never much
+
+
+def test_dense_latent_learns_to_reconstruct():
+    calib = synthetic_calibration()
+    untrained = get_method("dense-latent").fit(calib, mse_steps=0, progress=False)
+    trained = get_method("dense-latent").fit(calib, mse_steps=150, progress=False)
+
+    def error(adapter):
+        src = adapter.config.layer_sources[0]
+        k, v = adapter.map_layer(0, torch.cat([calib.sender[s][0] for s in src], -1), torch.cat([calib.sender[s][1] for s in src], -1))
+        return (k - calib.receiver[0][0]).pow(2).mean() / calib.receiver[0][0].var()
+
+    assert error(trained) < 0.5 * error(untrained)
+
+
+def test_unknown_method_lists_valid_ones():
+    with pytest.raises(HeteroFoldError, match="kv-ridge"):
+        get_method("kv-rigde")
+
+
+def test_a_new_method_is_one_registered_class():
+    @register_method("test-zero")
+    class ZeroAdapter(AffineAdapter):
+        pass
+
+    try:
+        assert get_method("test-zero") is ZeroAdapter and ZeroAdapter.method == "test-zero"
+    finally:
+        METHODS.pop("test-zero")
