@@ -1,0 +1,64 @@
+"""`hf-fold eval` end to end on models saved as local folders (real files, real tokenizers)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TRAIN_TEXT, bpe_tokenizer, tiny_model, unigram_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    for name, arch, tok in (("sender", "llama", bpe_tokenizer()), ("receiver", "qwen2", unigram_tokenizer())):
+        model = tiny_model(arch, len(tok), layers=3 if name == "sender" else 2, seed=len(name))
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    half = len(TRAIN_TEXT) // 2
+    (root / "calib.txt").write_text(TRAIN_TEXT[:half])
+    heldout = root / "heldout.jsonl"
+    heldout.write_text("\n".join(json.dumps({"text": TRAIN_TEXT[half + i * 3000 : half + (i + 1) * 3000]}) for i in range(4)))
+    return root
+
+
+def hf_fold(*args, cwd=ROOT):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_eval_writes_table_and_json(pair_dirs):
+    out = pair_dirs / "result.json"
+    run = hf_fold("eval", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                  "--data", str(pair_dirs / "heldout.jsonl"), "--calib-data", str(pair_dirs / "calib.txt"),
+                  "--methods", "recolor,kv-ridge,dense-latent", "--context-tokens", "48", "--continuation-tokens", "8",
+                  "--windows", "6", "--calib-windows", "6", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["sender"] == str(pair_dirs / "sender") and result["context_tokens"] == 48
+    assert set(result["methods"]) == {"native", "no-context", "recolor", "kv-ridge", "dense-latent"}
+    for row in result["methods"].values():
+        assert {"recovered", "kl", "top1", "nll"} <= set(row)
+    native = result["methods"]["native"]
+    assert native["kl"] == pytest.approx(0, abs=1e-6) and native["top1"] == 1 and native["recovered"] == pytest.approx(1)
+    assert result["methods"]["no-context"]["recovered"] == pytest.approx(0, abs=1e-6)
+    assert "kv-ridge" in run.stdout and "recovered" in run.stdout
+
+
+def test_eval_refuses_overlapping_calibration_and_heldout(pair_dirs):
+    run = hf_fold("eval", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                  "--data", str(pair_dirs / "calib.txt"), "--calib-data", str(pair_dirs / "calib.txt"))
+    assert run.returncode == 2 and "share documents" in run.stdout
+
+
+def test_eval_argument_problems_are_gathered():
+    run = hf_fold("eval", "--methods", "magic", "--windows", "0", "--sender", "a", "--receiver", "a")
+    assert run.returncode == 2
+    for flag in ("--methods", "--windows", "--sender and --receiver"):
+        assert flag in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
