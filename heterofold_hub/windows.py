@@ -37,11 +37,11 @@ def make_windows(
     context_tokens: int,
     continuation_tokens: int,
     max_windows: int,
-    per_text: int = 2,
 ) -> list[Window]:
-    """Windows taken from the *end* of each text backwards (questions and answers sit at the end).
+    """Up to ``max_windows`` non-overlapping windows, cut from the *end* of each text backwards (questions
+    and answers sit at the end) and taken round-robin across texts so that no text dominates.
 
-    Deterministic: texts in order, at most ``per_text`` windows from each.
+    Deterministic: same texts and sizes, same windows.
     """
     span = context_tokens + continuation_tokens
     if span + len(receiver.prefix_ids()) > receiver.spec.max_positions:
@@ -49,11 +49,19 @@ def make_windows(
             f"{context_tokens} context + {continuation_tokens} continuation tokens exceed the "
             f"{receiver.spec.max_positions} positions of {receiver.name!r}. Pass smaller --context-tokens."
         )
+    encoded = [(i, text, *encode(receiver.tokenizer, text, add_special_tokens=False)) for i, text in enumerate(texts)]
+    encoded = [e for e in encoded if len(e[2]) >= span]
+    if not encoded:
+        raise HeteroFoldError(
+            f"No text holds {span} receiver tokens ({context_tokens} context + {continuation_tokens} "
+            "continuation). Use longer texts or pass smaller --context-tokens/--continuation-tokens."
+        )
     windows: list[Window] = []
-    for text_index, text in enumerate(texts):
-        ids, offsets = encode(receiver.tokenizer, text, add_special_tokens=False)
-        for k in range(min(per_text, len(ids) // span)):
+    for k in range(max(len(ids) for _, _, ids, _ in encoded) // span):
+        for text_index, text, ids, offsets in encoded:
             start = len(ids) - (k + 1) * span
+            if start < 0:
+                continue
             ctx = slice(start, start + context_tokens)
             first_char, last_char = int(offsets[ctx][0, 0]), int(offsets[ctx][-1, 1])
             windows.append(
@@ -67,11 +75,6 @@ def make_windows(
             )
             if len(windows) == max_windows:
                 return windows
-    if not windows:
-        raise HeteroFoldError(
-            f"No text holds {span} receiver tokens ({context_tokens} context + {continuation_tokens} "
-            "continuation). Use longer texts or pass smaller --context-tokens/--continuation-tokens."
-        )
     return windows
 
 
