@@ -60,6 +60,47 @@ def eval_command(
     run_eval(args, console)
 
 
+@app.command("train")
+def train_command(
+    sender: str = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder."),
+    receiver: str = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder."),
+    data: str = typer.Option("bundled:train", help="Training text: bundled:<split>, a text file, a folder or a JSONL file ('text')."),
+    heldout: str = typer.Option("bundled:heldout", help="Held-out text for the final fidelity table (never trained on)."),
+    out: Path = typer.Option(Path("runs/adapter"), help="Output folder: the adapter package."),
+    method: str = typer.Option("heterofold", help="heterofold | kv-ridge | dense-latent."),
+    max_steps: int = typer.Option(150, help="Optimizer steps of calibration."),
+    context_tokens: int = typer.Option(512, help="Receiver tokens of context per window."),
+    continuation_tokens: int = typer.Option(64, help="Receiver tokens the loss is computed on."),
+    windows: int = typer.Option(128, help="Training windows cut from --data."),
+    eval_windows: int = typer.Option(96, help="Held-out windows for the final table."),
+    lr: float = typer.Option(3e-3, help="Peak learning rate."),
+    lora_rank: int = typer.Option(0, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
+    batch_size: int = typer.Option(8, help="Windows per step."),
+    accumulate: int = typer.Option(1, help="Gradient accumulation steps."),
+    precision: str = typer.Option("32-true", help="Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true."),
+    devices: str = typer.Option("1", help="Devices (a number or 'auto')."),
+    strategy: str = typer.Option("auto", help="auto | ddp | fsdp | ddp_spawn."),
+    seed: int = typer.Option(0, help="Seed: same seed, same adapter (on CPU)."),
+    resume: bool = typer.Option(False, help="Resume from the last checkpoint in OUT/checkpoints."),
+):
+    """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
+
+    Examples:
+
+      hf-fold train
+
+      hf-fold train --sender heterofold/tiny-qwen-code --receiver heterofold/tiny-llama-code --out adapters/q2l
+
+      hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
+        --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp
+    """
+    from trainers.train import TrainArgs, run_train
+
+    run_train(TrainArgs(sender, receiver, data, heldout, out, method, max_steps, context_tokens, continuation_tokens,
+                        windows, eval_windows, lr, lora_rank, batch_size, accumulate, precision, devices, strategy, seed,
+                        resume), console)
+
+
 def run() -> None:
     """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks)."""
     try:

@@ -1,0 +1,51 @@
+"""Adapter packages on disk: ``adapter_config.json`` + ``adapter.safetensors`` (never pickle)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save
+
+from .errors import HeteroFoldError
+from .io import write_bytes_atomic, write_json_atomic
+from .methods import get_method
+from .methods.base import AdapterConfig, PairAdapter
+
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter.safetensors"
+
+
+def save_adapter(adapter: PairAdapter, folder: str | Path, *, metadata: dict | None = None) -> Path:
+    """Write the adapter's config (plus ``metadata``: ids, revisions, fingerprints, training args) and
+    weights. Weights go first, so a config on disk always has its weights beside it."""
+    folder = Path(folder)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
+    write_bytes_atomic(folder / WEIGHTS_NAME, save(tensors))
+    write_json_atomic(folder / CONFIG_NAME, {**adapter.config.to_dict(), "metadata": metadata or {}})
+    return folder
+
+
+def load_adapter(folder: str | Path) -> tuple[PairAdapter, dict]:
+    """The adapter saved in ``folder`` and its metadata."""
+    folder = Path(folder)
+    config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
+    if not config_path.is_file() or not weights_path.is_file():
+        raise HeteroFoldError(
+            f"{folder} is not an adapter package: it needs {CONFIG_NAME} and {WEIGHTS_NAME}. "
+            "Pass the --out folder of `hf-fold train`."
+        )
+    data = json.loads(config_path.read_text())
+    metadata = data.pop("metadata", {})
+    config = AdapterConfig.from_dict(data)
+    adapter = get_method(config.method)(config)
+    state = load_file(weights_path)
+    missing = sorted(set(adapter.state_dict()) ^ set(state))
+    if missing:
+        raise HeteroFoldError(f"{weights_path} does not match its config: tensors {missing} missing or unexpected.")
+    try:
+        adapter.load_state_dict(state)
+    except RuntimeError as err:
+        raise HeteroFoldError(f"{weights_path} does not match its config's dims: {str(err).splitlines()[-1].strip()}") from err
+    return adapter.requires_grad_(False).eval(), metadata

@@ -1,0 +1,1 @@
+"""Lightning trainers that fit pair adapters with receiver-logit losses."""

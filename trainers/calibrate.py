@@ -1,0 +1,29 @@
+"""Fit a HeteroFold adapter: recolor from calibration statistics, then calibrate on receiver logits."""
+
+from __future__ import annotations
+
+import lightning as L
+
+from heterofold_hub.methods import get_method
+
+from .data import WindowDataModule
+from .module import CalibrationModule
+from .unfolded import UnfoldedAffine
+
+
+def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
+              progress: bool = True, precision: str = "32-true", devices: int | str = 1, strategy: str = "auto",
+              accumulate: int = 1, default_root_dir: str | None = None, ckpt_path: str | None = None,
+              callbacks=None, **_):
+    """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map."""
+    L.seed_everything(seed, workers=True, verbose=False)
+    init = get_method("recolor").fit(calib)
+    module = CalibrationModule(UnfoldedAffine.from_affine(init, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
+    trainer = L.Trainer(
+        accelerator="auto", devices=devices, strategy=strategy, precision=precision, max_steps=steps,
+        accumulate_grad_batches=accumulate, enable_progress_bar=progress, enable_model_summary=False,
+        logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
+        deterministic=True, callbacks=callbacks, num_sanity_val_steps=0,
+    )
+    trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path)
+    return module.adapter.fold()

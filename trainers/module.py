@@ -1,0 +1,54 @@
+"""Output-aware calibration as a LightningModule: the receiver after its own prefill is the teacher, the
+receiver reading the mapped cache is the student; only the pair adapter trains."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from heterofold_hub.forward import native_logits, transferred_logits
+from heterofold_hub.models import Side
+from heterofold_hub.windows import Batch
+
+from .unfolded import UnfoldedAffine
+
+
+def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of KL(teacher || student); logits ``[B, M, V]``."""
+    t = teacher.float().log_softmax(-1)
+    return (t.exp() * (t - student.float().log_softmax(-1))).sum(-1).mean()
+
+
+class CalibrationModule(L.LightningModule):
+    """Holds the trainable adapter; the frozen receiver is attached, not owned, so checkpoints stay small."""
+
+    def __init__(self, adapter: UnfoldedAffine, receiver: Side, *, lr: float = 3e-3, weight_decay: float = 0.0, max_steps: int = 100):
+        super().__init__()
+        self.save_hyperparameters({"lr": lr, "weight_decay": weight_decay, "max_steps": max_steps,
+                                   "lora_rank": adapter.lora_rank, "adapter_config": adapter.config.to_dict()})
+        self.adapter = adapter
+        self._receiver = [receiver]  # a list keeps the receiver out of state_dict and parameters()
+
+    @property
+    def receiver(self) -> Side:
+        return self._receiver[0]
+
+    def on_fit_start(self) -> None:
+        self.receiver.model.to(self.device)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        with torch.no_grad():
+            teacher = native_logits(self.receiver, batch)
+        loss = kl_to_teacher(transferred_logits(self.adapter, self.receiver, batch), teacher)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"calibration loss became {loss.item()} at step {self.global_step}")
+        self.log("kl", loss, prog_bar=True, batch_size=len(batch))
+        return loss
+
+    def configure_optimizers(self):
+        params = [p for p in self.adapter.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        warmup = max(1, self.hparams.max_steps // 10)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min(1.0, (step + 1) / warmup) * max(0.1, 1 - step / max(1, self.hparams.max_steps)))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

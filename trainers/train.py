@@ -1,0 +1,124 @@
+"""``hf-fold train``: fit a pair adapter and write a complete adapter package."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from heterofold_hub.errors import HeteroFoldError
+
+TRAINABLE = ("heterofold", "kv-ridge", "dense-latent")
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
+STRATEGIES = ("auto", "ddp", "fsdp", "ddp_spawn")
+
+
+@dataclass
+class TrainArgs:
+    sender: str
+    receiver: str
+    data: str = "bundled:train"
+    heldout: str = "bundled:heldout"
+    out: Path = Path("runs/adapter")
+    method: str = "heterofold"
+    max_steps: int = 150
+    context_tokens: int = 512
+    continuation_tokens: int = 64
+    windows: int = 128
+    eval_windows: int = 96
+    lr: float = 3e-3
+    lora_rank: int = 0
+    batch_size: int = 8
+    accumulate: int = 1
+    precision: str = "32-true"
+    devices: str = "1"
+    strategy: str = "auto"
+    seed: int = 0
+    resume: bool = False
+
+    def validate(self) -> None:
+        """All argument problems at once, phrased in flags, before any model is loaded."""
+        problems = []
+        if self.method not in TRAINABLE:
+            problems.append(f"--method: {self.method!r} is not trainable; choose from {', '.join(TRAINABLE)}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"--precision: {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        if self.strategy not in STRATEGIES:
+            problems.append(f"--strategy: {self.strategy!r}; choose from {', '.join(STRATEGIES)}")
+        for flag, value, low in (("--max-steps", self.max_steps, 1), ("--context-tokens", self.context_tokens, 2),
+                                 ("--continuation-tokens", self.continuation_tokens, 1), ("--windows", self.windows, 1),
+                                 ("--eval-windows", self.eval_windows, 2), ("--batch-size", self.batch_size, 1),
+                                 ("--accumulate", self.accumulate, 1)):
+            if value < low:
+                problems.append(f"{flag}: {value} is too small (minimum {low})")
+        if not self.lr > 0:
+            problems.append(f"--lr: {self.lr} must be positive")
+        if self.lora_rank < 0:
+            problems.append(f"--lora-rank: {self.lora_rank} must be 0 (full-rank corrections) or positive")
+        if self.continuation_tokens >= self.context_tokens:
+            problems.append(f"--continuation-tokens {self.continuation_tokens} must be shorter than --context-tokens {self.context_tokens}")
+        if self.sender == self.receiver:
+            problems.append(f"--sender and --receiver are both {self.sender!r}; an adapter maps between two different models")
+        if self.data == self.heldout:
+            problems.append(f"--data and --heldout are both {self.data!r}; held-out text must never be trained on")
+        if not (self.devices == "auto" or self.devices.isdigit()):
+            problems.append(f"--devices: {self.devices!r}; give a number or 'auto'")
+        config = self.out / "adapter_config.json"
+        if config.is_file() and not self.resume:
+            existing = json.loads(config.read_text())
+            same = (existing.get("sender"), existing.get("receiver"), existing.get("method")) == (self.sender, self.receiver, self.method)
+            if not same:
+                problems.append(f"--out: {self.out} already holds a different adapter ({existing.get('method')} "
+                                f"{existing.get('sender')} -> {existing.get('receiver')}); choose another --out")
+        if problems:
+            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+
+def run_train(args: TrainArgs, console: Console) -> dict:
+    args.validate()
+    from heterofold_hub.commands.evaluate import results_table
+    from heterofold_hub.data import read_texts
+    from heterofold_hub.evaluate import evaluate
+    from heterofold_hub.fingerprint import tokenizer_fingerprint
+    from heterofold_hub.fitting import fit_methods
+    from heterofold_hub.io import write_json_atomic
+    from heterofold_hub.models import Side
+    from heterofold_hub.saving import save_adapter
+    from heterofold_hub.windows import make_windows
+    from heterofold_hub import __version__
+
+    train_texts, heldout_texts = read_texts(args.data), read_texts(args.heldout)
+    if set(train_texts) & set(heldout_texts):
+        raise HeteroFoldError(f"--data {args.data!r} and --heldout {args.heldout!r} share documents; use disjoint data.")
+    with console.status("loading models"):
+        sender, receiver = Side.load(args.sender), Side.load(args.receiver)
+    cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+    windows = make_windows(train_texts, receiver, max_windows=args.windows, **cut)
+    if len(windows) < args.batch_size:
+        raise HeteroFoldError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
+                              f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
+    devices = args.devices if args.devices == "auto" else int(args.devices)
+    adapter = fit_methods(
+        sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
+        steps=args.max_steps, lr=args.lr, lora_rank=args.lora_rank, precision=args.precision, devices=devices,
+        strategy=args.strategy, accumulate=args.accumulate, default_root_dir=str(args.out / "checkpoints"),
+        ckpt_path="last" if args.resume else None, nll_steps=args.max_steps,
+    )[args.method]
+    held_out = make_windows(heldout_texts, receiver, max_windows=args.eval_windows, **cut)
+    result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
+    console.print(results_table(result))
+    metadata = {
+        "library_version": __version__,
+        "sender_revision": getattr(sender.model.config, "_commit_hash", None),
+        "receiver_revision": getattr(receiver.model.config, "_commit_hash", None),
+        "sender_tokenizer": tokenizer_fingerprint(sender.tokenizer),
+        "receiver_tokenizer": tokenizer_fingerprint(receiver.tokenizer),
+        "training_args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
+        "training_windows": len(windows),
+    }
+    save_adapter(adapter, args.out, metadata=metadata)
+    write_json_atomic(args.out / "metrics.json", result)
+    console.print(f"wrote adapter package to {args.out}")
+    return result
