@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from heterofold_hub.methods import get_method
 
@@ -17,13 +18,17 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
               callbacks=None, **_):
     """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map."""
     L.seed_everything(seed, workers=True, verbose=False)
+    callbacks = list(callbacks or [])
+    if default_root_dir is not None:  # epochs never end (endless sampler): checkpoint by step
+        callbacks.append(ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
+                                         every_n_train_steps=max(1, steps // 10)))
     init = get_method("recolor").fit(calib)
     module = CalibrationModule(UnfoldedAffine.from_affine(init, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
     trainer = L.Trainer(
         accelerator="auto", devices=devices, strategy=strategy, precision=precision, max_steps=steps,
         accumulate_grad_batches=accumulate, enable_progress_bar=progress, enable_model_summary=False,
         logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
-        deterministic=True, callbacks=callbacks, num_sanity_val_steps=0,
+        deterministic=True, callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
     )
     trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path)
     return module.adapter.fold()
