@@ -78,12 +78,14 @@ def evaluate(
             bar.advance(task, len(batch))
     merged = {name: {k: torch.cat(v) for k, v in m.items()} for name, m in per_window.items()}
     summary = summarise(merged)
+    gain = merged["no-context"]["nll"] - merged["native"]["nll"]  # per-window context benefit
     return {
         "sender": sender.name,
         "receiver": receiver.name,
         "context_tokens": len(windows[0].receiver_context),
         "continuation_tokens": len(windows[0].continuation),
         "windows": len(windows),
-        "benefit": summary["no-context"]["nll"] - summary["native"]["nll"],
+        "benefit": float(gain.mean()),
+        "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
         "methods": summary,
     }

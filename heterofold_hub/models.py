@@ -79,7 +79,7 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_file
 
 def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids ``[T]`` and character offsets ``[T, 2]`` of ``text``."""
-    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True, verbose=False)
     ids = torch.tensor(enc["input_ids"], dtype=torch.long)
     offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).view(-1, 2)
     # special tokens written in the text ("<s>") carry no content: give them empty spans

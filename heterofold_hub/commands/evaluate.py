@@ -54,7 +54,7 @@ def results_table(result: dict) -> Table:
     for name, row in result["methods"].items():
         table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
                       f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
-    table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} nats/token"
+    table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
     return table
 
 
