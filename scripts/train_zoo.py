@@ -285,13 +285,14 @@ def main() -> None:
                     help="safety time budget; training normally stops at the fixed step count first")
     ap.add_argument("--only", choices=sorted(SPECS), help="train just one of the models")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when training both models side by side)")
     ap.add_argument("--steps", type=int, default=None, help="override the fixed step count (e.g. smoke tests)")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--log-every", type=int, default=10)
     args = ap.parse_args()
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     # Deterministic kernels where torch has them; warn (not fail) elsewhere.
     torch.use_deterministic_algorithms(True, warn_only=True)
 
