@@ -23,11 +23,6 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks
     DEBUG["on"] = debug or bool(os.environ.get("HF_FOLD_DEBUG"))
 
 
-def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(2)
-
-
 @app.command("eval")
 def eval_command(
     sender: str = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder."),

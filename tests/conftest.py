@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import textwrap
 
 import pytest
@@ -68,3 +69,17 @@ def bpe():
 @pytest.fixture(scope="session")
 def unigram():
     return unigram_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    for name, arch, tok in (("sender", "llama", bpe_tokenizer()), ("receiver", "qwen2", unigram_tokenizer())):
+        model = tiny_model(arch, len(tok), layers=3 if name == "sender" else 2, seed=len(name))
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    half = len(TRAIN_TEXT) // 2
+    (root / "calib.txt").write_text(TRAIN_TEXT[:half])
+    heldout = root / "heldout.jsonl"
+    heldout.write_text("\n".join(json.dumps({"text": TRAIN_TEXT[half + i * 3000 : half + (i + 1) * 3000]}) for i in range(4)))
+    return root

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from heterofold_hub.calibration import collect
@@ -33,3 +38,12 @@ def texts(n: int = 6, size: int = 2500) -> list[str]:
 def small_calibration(sender: Side, receiver: Side, context_tokens: int = 48, windows: int = 6):
     w = make_windows(texts(), receiver, context_tokens=context_tokens, continuation_tokens=8, max_windows=windows)
     return w, collect(sender, receiver, w, progress=False)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hf_fold(*args: str) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, offline, as a user would."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=ROOT)

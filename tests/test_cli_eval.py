@@ -1,35 +1,10 @@
 """`hf-fold eval` end to end on models saved as local folders (real files, real tokenizers)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import TRAIN_TEXT, bpe_tokenizer, tiny_model, unigram_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def pair_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair")
-    for name, arch, tok in (("sender", "llama", bpe_tokenizer()), ("receiver", "qwen2", unigram_tokenizer())):
-        model = tiny_model(arch, len(tok), layers=3 if name == "sender" else 2, seed=len(name))
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    half = len(TRAIN_TEXT) // 2
-    (root / "calib.txt").write_text(TRAIN_TEXT[:half])
-    heldout = root / "heldout.jsonl"
-    heldout.write_text("\n".join(json.dumps({"text": TRAIN_TEXT[half + i * 3000 : half + (i + 1) * 3000]}) for i in range(4)))
-    return root
-
-
-def hf_fold(*args, cwd=ROOT):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=cwd)
+from helpers import hf_fold
 
 
 def test_eval_writes_table_and_json(pair_dirs):
