@@ -17,6 +17,14 @@ app = typer.Typer(help="Share KV caches between LLMs of different families.", no
 console = Console()
 DEBUG = {"on": False}
 
+# Options that mean the same in every command (typer lets one OptionInfo serve several commands).
+SENDER = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder.")
+RECEIVER = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder.")
+CONTEXT_TOKENS = typer.Option(512, help="Receiver tokens of context per window.")
+CONTINUATION_TOKENS = typer.Option(64, help="Receiver tokens scored after the context.")
+BATCH_SIZE = typer.Option(8, help="Windows per forward pass / optimizer step.")
+SEED = typer.Option(0, help="Seed: same seed, same result (on CPU).")
+
 
 @app.callback()
 def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors.")):
@@ -25,17 +33,17 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks
 
 @app.command("eval")
 def eval_command(
-    sender: str = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder."),
-    receiver: str = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder."),
+    sender: str = SENDER,
+    receiver: str = RECEIVER,
     methods: str = typer.Option("recolor,kv-ridge,dense-latent", help="Comma-separated transfer methods to fit and score."),
     data: str = typer.Option("bundled:heldout", help="Held-out text: bundled:<split>, a file, a folder or a JSONL file."),
     calib_data: str = typer.Option("bundled:calib", help="Calibration text the methods are fitted on."),
-    context_tokens: int = typer.Option(512, help="Receiver tokens of context per window."),
-    continuation_tokens: int = typer.Option(64, help="Receiver tokens scored after the context."),
+    context_tokens: int = CONTEXT_TOKENS,
+    continuation_tokens: int = CONTINUATION_TOKENS,
     windows: int = typer.Option(96, help="Held-out windows to score."),
     calib_windows: int = typer.Option(64, help="Calibration windows to fit on."),
-    batch_size: int = typer.Option(8, help="Windows per forward pass."),
-    seed: int = typer.Option(0, help="Seed for fitting."),
+    batch_size: int = BATCH_SIZE,
+    seed: int = SEED,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
 ):
     """Score transfer fidelity of each method against native prefill on held-out text.
@@ -57,25 +65,25 @@ def eval_command(
 
 @app.command("train")
 def train_command(
-    sender: str = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder."),
-    receiver: str = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder."),
+    sender: str = SENDER,
+    receiver: str = RECEIVER,
     data: str = typer.Option("bundled:train", help="Training text: bundled:<split>, a text file, a folder or a JSONL file ('text')."),
     heldout: str = typer.Option("bundled:heldout", help="Held-out text for the final fidelity table (never trained on)."),
     out: Path = typer.Option(Path("runs/adapter"), help="Output folder: the adapter package."),
     method: str = typer.Option("heterofold", help="heterofold | kv-ridge | dense-latent."),
     max_steps: int = typer.Option(150, help="Optimizer steps of calibration."),
-    context_tokens: int = typer.Option(512, help="Receiver tokens of context per window."),
-    continuation_tokens: int = typer.Option(64, help="Receiver tokens the loss is computed on."),
+    context_tokens: int = CONTEXT_TOKENS,
+    continuation_tokens: int = CONTINUATION_TOKENS,
     windows: int = typer.Option(128, help="Training windows cut from --data."),
     eval_windows: int = typer.Option(96, help="Held-out windows for the final table."),
     lr: float = typer.Option(3e-3, help="Peak learning rate."),
     lora_rank: int = typer.Option(0, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
-    batch_size: int = typer.Option(8, help="Windows per step."),
+    batch_size: int = BATCH_SIZE,
     accumulate: int = typer.Option(1, help="Gradient accumulation steps."),
     precision: str = typer.Option("32-true", help="Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true."),
     devices: str = typer.Option("1", help="Devices (a number or 'auto')."),
     strategy: str = typer.Option("auto", help="auto | ddp | fsdp | ddp_spawn."),
-    seed: int = typer.Option(0, help="Seed: same seed, same adapter (on CPU)."),
+    seed: int = SEED,
     resume: bool = typer.Option(False, help="Resume from the last checkpoint in OUT/checkpoints."),
 ):
     """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
