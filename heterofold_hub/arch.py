@@ -120,22 +120,24 @@ class Rope:
         return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     @classmethod
-    def rotate(cls, x: torch.Tensor, tables) -> torch.Tensor:
-        """Apply RoPE. ``x``: ``[batch, seq, heads, head_dim]``; tables broadcast over heads."""
+    def _turn(cls, x: torch.Tensor, tables, inverse: bool) -> torch.Tensor:
         if tables is None:
             return x
         cos, sin = (t.unsqueeze(2) for t in tables)
         rd = cos.shape[-1]
-        rot = x[..., :rd] * cos + cls._rotate_half(x[..., :rd]) * sin
+        head = x[..., :rd]
+        if inverse:  # rotation by -theta; dividing by cos^2+sin^2 also undoes rope attention scaling (YaRN)
+            rot = (head * cos - cls._rotate_half(head) * sin) / (cos * cos + sin * sin)
+        else:
+            rot = head * cos + cls._rotate_half(head) * sin
         return torch.cat((rot, x[..., rd:]), dim=-1) if rd < x.shape[-1] else rot
 
     @classmethod
+    def rotate(cls, x: torch.Tensor, tables) -> torch.Tensor:
+        """Apply RoPE. ``x``: ``[batch, seq, heads, head_dim]``; tables broadcast over heads."""
+        return cls._turn(x, tables, inverse=False)
+
+    @classmethod
     def unrotate(cls, x: torch.Tensor, tables) -> torch.Tensor:
-        """Invert :meth:`rotate`. Dividing by cos^2+sin^2 also undoes rope attention scaling (YaRN)."""
-        if tables is None:
-            return x
-        cos, sin = (t.unsqueeze(2) for t in tables)
-        rd = cos.shape[-1]
-        scale = cos * cos + sin * sin
-        rot = (x[..., :rd] * cos - cls._rotate_half(x[..., :rd]) * sin) / scale
-        return torch.cat((rot, x[..., rd:]), dim=-1) if rd < x.shape[-1] else rot
+        """Invert :meth:`rotate` (same shapes)."""
+        return cls._turn(x, tables, inverse=True)

@@ -106,7 +106,9 @@ def assemble(
 
 
 def _overwrite(x: torch.Tensor, where: torch.Tensor, native: torch.Tensor) -> torch.Tensor:
-    """Put ``native`` ``[B, H, P, D]`` at the ``P`` positions per row where ``where`` ``[B, T]`` is set."""
-    out = x.transpose(1, 2).clone()  # [B, T, H, D]
-    out[where] = native.transpose(1, 2).reshape(-1, *native.shape[1:2], native.shape[-1]).to(x.dtype)
-    return out.transpose(1, 2)
+    """Put ``native`` ``[B, H, P, D]`` at the ``P`` positions per row where ``where`` ``[B, T]`` is set.
+
+    Writes into ``x`` (a fresh tensor the caller made), so no extra layer-sized copy is allocated.
+    """
+    x.transpose(1, 2)[where] = native.transpose(1, 2).flatten(0, 1).to(x.dtype)
+    return x
