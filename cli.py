@@ -45,6 +45,9 @@ def eval_command(
     batch_size: int = BATCH_SIZE,
     seed: int = SEED,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
+    adapter: list[Path] = typer.Option([], "--adapter", help="A trained adapter package (`hf-fold train --out`) "
+                                       "to score beside the methods; repeatable. Default for the demo pair: its shipped adapter."),
+    shipped: bool = typer.Option(True, help="With no --adapter, also score the shipped adapter of a demo pair."),
 ):
     """Score transfer fidelity of each method against native prefill on held-out text.
 
@@ -55,11 +58,14 @@ def eval_command(
       hf-fold eval --sender heterofold/tiny-qwen-code --receiver heterofold/tiny-llama-code --json out.json
 
       hf-fold eval --methods kv-ridge --context-tokens 256 --windows 32
+
+      hf-fold eval --methods recolor --adapter runs/heterofold --adapter runs/kv-ridge --adapter runs/dense-latent
     """
     from heterofold_hub.commands.evaluate import EvalArgs, run_eval
 
     args = EvalArgs(sender, receiver, [m.strip() for m in methods.split(",") if m.strip()], data, calib_data,
-                    context_tokens, continuation_tokens, windows, calib_windows, batch_size, seed, json_path)
+                    context_tokens, continuation_tokens, windows, calib_windows, batch_size, seed, json_path,
+                    adapter, shipped)
     run_eval(args, console)
 
 

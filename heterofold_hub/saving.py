@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save
 
-from .errors import HeteroFoldError
+from .errors import HeteroFoldError, PairMismatchError
 from .io import write_bytes_atomic, write_json_atomic
 from .methods import get_method
 from .methods.base import AdapterConfig, PairAdapter
@@ -49,3 +49,28 @@ def load_adapter(folder: str | Path) -> tuple[PairAdapter, dict]:
     except RuntimeError as err:
         raise HeteroFoldError(f"{weights_path} does not match its config's dims: {str(err).splitlines()[-1].strip()}") from err
     return adapter.requires_grad_(False).eval(), metadata
+
+
+def check_pair(adapter: PairAdapter, metadata: dict, sender, receiver, *, source: str | Path) -> None:
+    """Refuse an adapter fitted for another pair: KV dims and (when recorded) tokenizer fingerprints
+    must match the models actually loaded. ``sender``/``receiver`` are ``Side``s."""
+    from .fingerprint import tokenizer_fingerprint
+
+    problems = []
+    for role, side in (("sender", sender), ("receiver", receiver)):
+        recorded = getattr(adapter.config, f"{role}_spec")
+        actual = side.spec.to_dict()
+        diff = {k: (recorded.get(k), v) for k, v in actual.items() if recorded.get(k) != v}
+        if diff:
+            detail = ", ".join(f"{k} {a!r} in the adapter vs {b!r} in {side.name}" for k, (a, b) in diff.items())
+            problems.append(f"{role} KV layout differs: {detail}")
+        fingerprint = metadata.get(f"{role}_tokenizer")
+        if fingerprint and fingerprint != tokenizer_fingerprint(side.tokenizer):
+            problems.append(f"{role} tokenizer of {side.name} is not the one the adapter was fitted with "
+                            f"(fingerprint {fingerprint[:19]}...)")
+    if problems:
+        raise PairMismatchError(
+            f"Adapter {source} was fitted for {adapter.config.sender} -> {adapter.config.receiver} and does not fit "
+            f"{sender.name} -> {receiver.name}:\n  " + "\n  ".join(problems)
+            + "\nPass the models it was trained for, or train an adapter for this pair with `hf-fold train`."
+        )

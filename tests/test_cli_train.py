@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from heterofold_hub.saving import load_adapter
@@ -16,10 +17,23 @@ def train_args(pair_dirs, out, *extra):
             "--batch-size", "4", "--max-steps", "3", *extra)
 
 
-def test_train_writes_a_complete_adapter_package(pair_dirs, tmp_path):
-    out = tmp_path / "adapter"
+@pytest.fixture(scope="module")
+def package(pair_dirs, tmp_path_factory):
+    """One `hf-fold train` run shared by the tests that read its package."""
+    out = tmp_path_factory.mktemp("train") / "adapter"
     run = hf_fold(*train_args(pair_dirs, out))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out
+
+
+def eval_args(pair_dirs, *extra, sender="sender", receiver="receiver", data="heldout.jsonl", calib="calib.txt"):
+    return ("eval", "--sender", str(pair_dirs / sender), "--receiver", str(pair_dirs / receiver),
+            "--data", str(pair_dirs / data), "--calib-data", str(pair_dirs / calib),
+            "--context-tokens", "48", "--continuation-tokens", "8", "--windows", "4", "--calib-windows", "4", *extra)
+
+
+def test_train_writes_a_complete_adapter_package(package, pair_dirs):
+    out = package
     adapter, metadata = load_adapter(out)
     assert adapter.config.method == "heterofold" and adapter.config.receiver == str(pair_dirs / "receiver")
     assert metadata["sender_tokenizer"].startswith("sha256:") and metadata["sender_tokenizer"] != metadata["receiver_tokenizer"]
@@ -41,3 +55,34 @@ def test_train_argument_problems_are_gathered_before_loading(tmp_path):
     assert run.returncode == 2
     for flag in ("--method", "--precision", "--continuation-tokens", "--sender and --receiver"):
         assert flag in run.stdout
+
+
+def test_eval_scores_a_trained_package_beside_the_methods(package, pair_dirs, tmp_path):
+    result_path = tmp_path / "eval.json"
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package), "--json", str(result_path)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert set(result["methods"]) == {"native", "no-context", "recolor", "heterofold"}
+    assert result["adapters"] == {"heterofold": str(package)}
+    # The same held-out windows give the same row as the table written at the end of training.
+    trained = json.loads((package / "metrics.json").read_text())["methods"]["heterofold"]
+    assert result["methods"]["heterofold"]["kl"] == pytest.approx(trained["kl"], rel=1e-4)
+
+
+def test_eval_refuses_a_package_of_another_pair(package, pair_dirs):
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
+                             sender="receiver", receiver="sender"))
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "does not fit" in run.stdout and "KV layout differs" in run.stdout and "Traceback" not in run.stdout
+
+
+def test_eval_refuses_a_package_trained_on_the_eval_text(package, pair_dirs):
+    # The package was trained on calib.txt: scoring it there would report seen text as held out.
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
+                             data="calib.txt", calib="heldout.jsonl"))
+    assert run.returncode == 2 and "must never be trained on" in run.stdout
+
+
+def test_eval_refuses_a_folder_that_is_not_a_package(tmp_path):
+    run = hf_fold("eval", "--adapter", str(tmp_path))
+    assert run.returncode == 2 and "--adapter" in run.stdout and "not an adapter package" in run.stdout

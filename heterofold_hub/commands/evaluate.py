@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -27,6 +26,8 @@ class EvalArgs:
     batch_size: int
     seed: int
     json_path: Path | None
+    adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
+    shipped: bool = True  # with no --adapter, also score the shipped adapter of a demo pair
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -40,6 +41,12 @@ class EvalArgs:
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
+        from ..saving import CONFIG_NAME
+
+        for folder in self.adapters:
+            if not (Path(folder) / CONFIG_NAME).is_file():
+                problems.append(f"--adapter: {folder} is not an adapter package (no {CONFIG_NAME}); "
+                                "pass an --out folder of `hf-fold train`")
         if self.sender == self.receiver:
             problems.append(f"--sender and --receiver are both {self.sender!r}; transfer needs two different models")
         if problems:
@@ -56,6 +63,31 @@ def results_table(result: dict) -> Table:
                       f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
     table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
     return table
+
+
+def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[Path, object]]:
+    """``{row name: (folder, adapter)}`` for the ``--adapter`` packages (with none, the demo pair's
+    shipped adapter), checked against the loaded pair and against training on the eval text. Each row
+    is named by its method, plus its folder name when that name is taken."""
+    from ..saving import check_pair, load_adapter
+    from ..zoo import shipped_adapter
+
+    folders = list(args.adapters)
+    if not folders and args.shipped and (shipped := shipped_adapter(args.sender, args.receiver)) is not None:
+        folders = [shipped]
+    out = {}
+    for folder in folders:
+        adapter, metadata = load_adapter(folder)
+        check_pair(adapter, metadata, sender, receiver, source=folder)
+        trained_on = metadata.get("training_args", {}).get("data")
+        if trained_on == args.data:
+            raise HeteroFoldError(f"Adapter {folder} was trained on {trained_on!r}, the --data being evaluated; "
+                                  "held-out text must never be trained on. Evaluate on other text.")
+        name = adapter.config.method
+        if name in taken or name in out:
+            name = f"{name} ({Path(folder).name})"
+        out[name] = (Path(folder), adapter)
+    return out
 
 
 def run_eval(args: EvalArgs, console: Console) -> dict:
@@ -75,9 +107,12 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
     cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
     calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows, **cut)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, **cut)
+    packages = load_packages(args, sender, receiver, taken=set(args.methods))
     adapters = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size, seed=args.seed)
+    adapters.update({name: adapter for name, (_, adapter) in packages.items()})
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
     result["calibration_windows"] = len(calib)
+    result["adapters"] = {name: str(folder) for name, (folder, _) in packages.items()}  # where each package row came from
     console.print(results_table(result))
     if args.json_path:
         from ..io import write_json_atomic
