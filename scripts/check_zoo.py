@@ -48,7 +48,7 @@ def heldout_windows(tokenizer, ctx: int, cont: int) -> list[tuple[str, list[int]
 
 
 @torch.no_grad()
-def _scored_nll(model, prefix: list[int], windows: list[list[int]], start: int, n_score: int,
+def scored_nll(model, prefix: list[int], windows: list[list[int]], start: int, n_score: int,
                 batch_size: int = 8) -> list[float]:
     """Mean NLL of tokens windows[i][start+1 : start+1+n_score] given prefix + everything before them."""
     res = []
@@ -70,8 +70,8 @@ def context_benefit(model, tokenizer, ctx: int = 512, cont: int = 64) -> dict:
     # What add_special_tokens=True puts in front: [<s>] for Llama, [] for Qwen.
     prefix = tokenizer("", add_special_tokens=True)["input_ids"]
     seqs = [w for _, w in wins]
-    with_ctx = _scored_nll(model, prefix, seqs, ctx, cont - 1)
-    no_ctx = _scored_nll(model, prefix, [w[ctx:] for w in seqs], 0, cont - 1)
+    with_ctx = scored_nll(model, prefix, seqs, ctx, cont - 1)
+    no_ctx = scored_nll(model, prefix, [w[ctx:] for w in seqs], 0, cont - 1)
     diffs = [a - b for a, b in zip(no_ctx, with_ctx)]
 
     def stats(vals):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -10,6 +13,11 @@ from heterofold_hub.methods import get_method
 from .data import WindowDataModule
 from .module import CalibrationModule
 from .unfolded import UnfoldedAffine
+
+# Lightning's start-up chatter (accelerator summary, product tips) and a deprecation inside Lightning
+# itself would bury the progress bar and the results table; real warnings still show.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
 
 def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
