@@ -1,0 +1,34 @@
+"""Adapter hubs: publish pair-adapter folders as immutable versions (``vX.Y.Z``) and download them back.
+
+- ``LocalHub`` (default): a folder of git repos, no server (``$HF_FOLD_HOME``, else ``~/.cache/heterofold``).
+- ``RemoteHub``: any Hub-compatible server (https://huggingface.co or your own) via ``huggingface_hub``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import AdapterHub, HubError, PublishedVersion, validate_repo_id, validate_version, version_key
+from .local import LocalHub
+from .remote import HF_ENDPOINT, RemoteHub
+
+__all__ = [
+    "AdapterHub", "HubError", "LocalHub", "PublishedVersion", "RemoteHub", "get_hub", "validate_repo_id",
+    "validate_version", "version_key",
+]
+
+
+def get_hub(hub: str | None = None, *, hub_dir: str | os.PathLike | None = None,
+            token: str | None = None) -> AdapterHub:
+    """The hub named by ``hub``: None or "local" -> LocalHub(hub_dir); "hf" or an http(s) URL -> RemoteHub.
+
+    For a RemoteHub, ``hub_dir`` is the download cache (default: huggingface_hub's cache).
+    """
+    if hub is None or hub == "local":
+        return LocalHub(hub_dir)
+    if hub == "hf":
+        return RemoteHub(HF_ENDPOINT, token=token, cache_dir=hub_dir)
+    if hub.startswith(("http://", "https://")):
+        return RemoteHub(hub, token=token, cache_dir=hub_dir)
+    raise HubError(f"Unknown hub {hub!r}: use 'local' (the default, a folder of git repos), 'hf' ({HF_ENDPOINT}) "
+                   "or the http(s):// URL of a Hub-compatible server.")
