@@ -1,0 +1,114 @@
+"""Model cards: front matter that parses back to the package's metrics, a tidy body, idempotent atomic writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heterofold_hub.cards import card_data, card_summary, render_card, write_card
+from heterofold_hub.errors import HeteroFoldError
+
+FIXTURE = Path(__file__).parent / "data" / "package"
+REPO_ID = "heterofold/tiny-llama-code-to-tiny-qwen-code"
+
+
+@pytest.fixture
+def package(tmp_path) -> Path:
+    folder = tmp_path / "package"
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+@pytest.fixture
+def config() -> dict:
+    return json.loads((FIXTURE / "adapter_config.json").read_text())
+
+
+@pytest.fixture
+def metrics() -> dict:
+    return json.loads((FIXTURE / "metrics.json").read_text())
+
+
+def test_front_matter(package, config, metrics):
+    text = render_card(package, repo_id=REPO_ID, version="v1.0.0")
+    assert text.startswith("---\n")
+    data = yaml.safe_load(text.split("---\n")[1])
+    assert data == card_data(text)
+    assert data["library_name"] == "heterofold-hub"
+    assert data["license"] == "apache-2.0"
+    assert data["base_model"] == [config["sender"], config["receiver"]]
+    assert data["tags"] == sorted(data["tags"])
+    assert {"heterofold", "kv-cache", "cache-transfer", "llama", "qwen2"} <= set(data["tags"])
+    [entry] = data["model-index"]
+    assert entry["name"] == REPO_ID
+    [result] = entry["results"]
+    assert result["task"]["type"] == "kv-cache-transfer"
+    assert result["dataset"] == {"name": "bundled:heldout", "type": "bundled:heldout"}
+    own = metrics["methods"][config["method"]]
+    assert {m["type"]: m["value"] for m in result["metrics"]} == {k: own[k] for k in ("recovered", "kl", "top1", "nll")}
+    assert all(m["name"] for m in result["metrics"])
+    assert card_data(render_card(package, repo_id=REPO_ID, license="mit"))["license"] == "mit"
+
+
+def test_body(package, metrics):
+    text = render_card(package, repo_id=REPO_ID, version="v1.0.0")
+    own = metrics["methods"]["heterofold"]
+    assert f"| heterofold | {own['recovered']:.3f} ± {own['recovered_se']:.3f} |" in text
+    assert "| heterofold | 0.890 ± 0.045 | 0.009 ± 0.002 | 0.948 ± 0.006 | 1.763 ± 0.120 |" in text
+    assert "| no-context | 0.000 ± 0.000 | 0.070 ± 0.004 | 0.902 ± 0.008 | 1.812 ± 0.122 |" in text
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith(("| native", "| no-context", "| heterofold"))]
+    assert rows == ["| native", "| no-context", "| heterofold"]
+    assert "Context benefit (no-context NLL − native NLL): 0.055 ± 0.006 nats/token." in text
+    assert "`sha256:3bdad3afb5a444d6`" in text and "`sha256:ee537ba873bb756a`" in text
+    assert "| receiver | `/tmp/oldzoo/heterofold_hub/zoo/models/tiny-qwen-code` | qwen2 | 3 | 2 | 48 |" in text
+    assert "HeteroFoldModel.from_pretrained(" in text and "hf-fold eval --sender" in text
+    assert "--revision v1.0.0" in text and "| lr | `0.003` |" in text and "heterofold-hub 0.1.0 on 128 training windows" in text
+    assert "## Limitations" in text
+    assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+    assert all(line == line.rstrip() for line in text.splitlines())
+    lines = text.splitlines()
+    assert all(lines[i - 1] == "" for i, line in enumerate(lines) if line.startswith("#"))  # headings stand apart
+    summary = card_summary(text)
+    assert summary.startswith("A heterofold pair adapter that maps the KV cache of") and summary.endswith("prefill.")
+    assert "`" not in summary and "\n" not in summary
+
+
+def test_plot_only_when_given(package):
+    assert "![recovered vs context length]" not in render_card(package, repo_id=REPO_ID)
+    (package / "recovered_vs_context.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    text = render_card(package, repo_id=REPO_ID, plot=package / "recovered_vs_context.png")
+    assert "![recovered vs context length](recovered_vs_context.png)" in text
+    assert "\n\n\n" not in text
+    with pytest.raises(HeteroFoldError, match="missing.png is not in"):
+        render_card(package, repo_id=REPO_ID, plot="missing.png")
+
+
+def test_write_card_is_idempotent_and_atomic(package):
+    path = write_card(package, repo_id=REPO_ID, version="v1.0.0")
+    assert path == package / "README.md"
+    first = path.read_bytes()
+    assert write_card(package, repo_id=REPO_ID, version="v1.0.0").read_bytes() == first
+    assert first.decode() == render_card(package, repo_id=REPO_ID, version="v1.0.0")
+    assert sorted(p.name for p in package.iterdir()) == ["README.md", "adapter_config.json", "metrics.json"]
+
+
+def test_missing_metrics_is_a_clear_error(package):
+    (package / "metrics.json").unlink()
+    with pytest.raises(HeteroFoldError, match=r"has no metrics\.json.*hf-fold train"):
+        render_card(package, repo_id=REPO_ID)
+    assert not (package / "README.md").exists()
+
+
+def test_missing_config_and_foreign_metrics(package, metrics):
+    (package / "adapter_config.json").unlink()
+    with pytest.raises(HeteroFoldError, match=r"has no adapter_config\.json"):
+        write_card(package, repo_id=REPO_ID)
+    shutil.copy(FIXTURE / "adapter_config.json", package)
+    del metrics["methods"]["heterofold"]
+    (package / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(HeteroFoldError, match="no row for this adapter's method 'heterofold'"):
+        render_card(package, repo_id=REPO_ID)
