@@ -1,0 +1,212 @@
+"""The adapter registry: strict loading, deterministic saving, immutable versions and pair resolution.
+
+Everything runs on real files: the fixture ``tests/data/registry/registry.json`` copied into tmp_path.
+It holds three repos: heterofold llama->qwen (v1.0.0 0.85, v1.9.0 0.89, v1.10.0 0.60), heterofold qwen->llama
+(v1.0.0) and a kv-ridge llama->qwen baseline (v2.0.0, hub "local").
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from heterofold_hub.arch import KVSpec
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.registry import (
+    SPEC_FIELDS, NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry,
+)
+
+FIXTURE = Path(__file__).parent / "data" / "registry" / "registry.json"
+L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
+RIDGE = "tester/tiny-llama-code-to-tiny-qwen-code-ridge"
+FIXTURE_DATA = json.loads(FIXTURE.read_text())
+LLAMA = PairEnd(**FIXTURE_DATA["adapters"][0]["sender"])
+QWEN = PairEnd(**FIXTURE_DATA["adapters"][0]["receiver"])
+OTHER_FP = "sha256:" + "ef01" * 16
+
+
+@pytest.fixture
+def reg_path(tmp_path) -> Path:
+    path = tmp_path / "registry.json"
+    shutil.copyfile(FIXTURE, path)
+    return path
+
+
+@pytest.fixture
+def registry(reg_path) -> Registry:
+    return Registry.load(reg_path)
+
+
+def new_version(registry: Registry, version: str, *, repo_id: str = L2Q, sender: PairEnd = LLAMA,
+                receiver: PairEnd = QWEN, method: str = "heterofold", hub: str = "embedded", recovered: float = 0.9):
+    return registry.add_version(
+        repo_id=repo_id, hub=hub, method=method, sender=sender, receiver=receiver, version=version,
+        commit="ab" * 20, files={"adapter.safetensors": "sha256:" + "12" * 32}, metrics={"recovered": recovered},
+        summary="a test adapter")
+
+
+# --- file format ---------------------------------------------------------------------------------------------
+
+def test_round_trip_is_byte_identical(registry, tmp_path):
+    out = registry.save(tmp_path / "again.json")
+    assert out.read_bytes() == FIXTURE.read_bytes()
+    registry.save()  # default: back to the file it was loaded from
+    assert registry.path.read_bytes() == FIXTURE.read_bytes()
+
+
+def test_spec_fields_are_kvspec_fields():
+    assert list(SPEC_FIELDS) == [f.name for f in dataclasses.fields(KVSpec)]
+
+
+def _set(path: str, value):
+    """A corruption that sets one field, addressed like the error messages address it."""
+    def corrupt(data):
+        *parents, last = path.replace("[", ".").replace("]", "").split(".")
+        node = data
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node[key]
+        node[int(last) if last.isdigit() else last] = value
+        return json.dumps(data)
+    return corrupt
+
+
+def _drop(key: str):
+    return lambda data: json.dumps({k: v for k, v in data.items() if k != key})
+
+
+def _duplicate_version(data):
+    versions = data["adapters"][0]["versions"]
+    versions.append(copy.deepcopy(versions[0]))
+    return json.dumps(data)
+
+
+def _no_num_layers(data):
+    del data["adapters"][1]["receiver"]["spec"]["num_layers"]
+    return json.dumps(data)
+
+
+CORRUPTIONS = {
+    "invalid-json": (lambda data: json.dumps(data)[:-2], "line 1, column"),
+    "schema-2": (_set("schema_version", 2), "schema_version"),
+    "no-adapters": (_drop("adapters"), "no key(s) adapters"),
+    "bad-repo-id": (_set("adapters[1].repo_id", "../x"), "adapters[1].repo_id"),
+    "bad-version": (_set("adapters[0].versions[1].version", "1.0"), "adapters[0].versions[1].version"),
+    "dup-version": (_duplicate_version, "adapters[0].versions[3].version"),
+    "bad-fingerprint": (_set("adapters[2].sender.tokenizer", "sha256:abc"), "adapters[2].sender.tokenizer"),
+    "spec-missing": (_no_num_layers, "adapters[1].receiver.spec"),
+    "extra-key": (_set("adapters[0].versions[0].stars", 5), "adapters[0].versions[0].stars"),
+    "recovered-type": (_set("adapters[0].versions[2].metrics.recovered", "0.9"),
+                       "adapters[0].versions[2].metrics.recovered"),
+    "bad-commit": (_set("adapters[0].versions[0].commit", "HEAD"), "adapters[0].versions[0].commit"),
+    "dup-repo": (lambda d: json.dumps({**d, "adapters": d["adapters"] + d["adapters"][:1]}), "adapters[3].repo_id"),
+}
+
+
+@pytest.mark.parametrize("name", CORRUPTIONS)
+def test_bad_file_names_file_and_field(name, reg_path):
+    corrupt, where = CORRUPTIONS[name]
+    reg_path.write_text(corrupt(copy.deepcopy(FIXTURE_DATA)))
+    with pytest.raises(RegistryError) as err:
+        Registry.load(reg_path)
+    message = str(err.value)
+    assert isinstance(err.value, HeteroFoldError)
+    assert message.startswith(str(reg_path)) and where in message, message
+
+
+def test_error_messages_say_what_is_expected(reg_path):
+    reg_path.write_text(_set("schema_version", 2)(copy.deepcopy(FIXTURE_DATA)))
+    with pytest.raises(RegistryError, match=r"found 2; expected one of \[1\] .*upgrade heterofold-hub"):
+        Registry.load(reg_path)
+    reg_path.write_text(_set("adapters[0].versions[2].metrics.recovered", "0.9")(copy.deepcopy(FIXTURE_DATA)))
+    with pytest.raises(RegistryError, match=r"found str '0.9'; expected a number"):
+        Registry.load(reg_path)
+
+
+def test_missing_default_registry_is_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_FOLD_REGISTRY", str(tmp_path / "none.json"))
+    registry = load_default_registry()
+    assert registry.entries() == [] and registry.path == tmp_path / "none.json"
+    monkeypatch.setenv("HF_FOLD_REGISTRY", str(FIXTURE))
+    assert [e.repo_id for e in load_default_registry().entries()][0] == L2Q
+
+
+# --- add_version -----------------------------------------------------------------------------------------------
+
+def test_add_version_new_entry_and_existing_entry(tmp_path):
+    registry = Registry.empty(tmp_path / "r.json")
+    new_version(registry, "v1.0.0", repo_id="me/new-pair")
+    new_version(registry, "v1.1.0", repo_id="me/new-pair")
+    registry.save()
+    (entry,) = Registry.load(tmp_path / "r.json").entries()
+    assert entry.repo_id == "me/new-pair" and [v.version for v in entry.versions] == ["v1.0.0", "v1.1.0"]
+
+
+def test_add_version_refuses_published_version(registry):
+    with pytest.raises(RegistryError, match=r"already registered.*immutable.*bump the version \(e.g. v1.10.1\)"):
+        new_version(registry, "v1.9.0")
+
+
+def test_add_version_refuses_other_pair_in_same_repo(registry):
+    with pytest.raises(RegistryError, match="registered with receiver"):
+        new_version(registry, "v3.0.0", receiver=LLAMA)
+    with pytest.raises(RegistryError, match="versions\\[0\\].version"):
+        new_version(registry, "3.0")
+
+
+# --- find ------------------------------------------------------------------------------------------------------
+
+def test_find_by_ids_prefers_heterofold_then_highest_version(registry):
+    entry, version = registry.find(PairEnd(LLAMA.id), PairEnd(QWEN.id))
+    assert (entry.repo_id, version.version) == (L2Q, "v1.10.0")  # v1.10.0 > v1.9.0; v2.0.0 is kv-ridge
+    entry, version = registry.find(LLAMA, QWEN, method="kv-ridge")
+    assert (entry.repo_id, version.version) == (RIDGE, "v2.0.0")
+
+
+def test_find_by_fingerprint_and_spec_for_a_local_path(registry):
+    local = dataclasses.replace(QWEN, id="/models/my-qwen-copy")
+    entry, version = registry.find(LLAMA, local)
+    assert (entry.repo_id, version.version) == (L2Q, "v1.10.0")
+    with pytest.raises(NoAdapterError):  # the fingerprint alone is not enough: the spec must match too
+        registry.find(LLAMA, dataclasses.replace(local, spec={**QWEN.spec, "num_layers": 9}))
+
+
+def test_same_id_other_fingerprint_is_a_miss_naming_both(registry):
+    with pytest.raises(NoAdapterError) as err:
+        registry.find(LLAMA, dataclasses.replace(QWEN, tokenizer=OTHER_FP))
+    message = str(err.value)
+    assert f"registry adapter {L2Q} was fitted for receiver tokenizer {QWEN.tokenizer[:19]}" in message
+    assert f"the loaded receiver has {OTHER_FP[:19]}" in message
+
+
+def test_pinned_version(registry):
+    assert registry.find(LLAMA, QWEN, version="v1.0.0")[1].version == "v1.0.0"
+    with pytest.raises(NoAdapterError, match="v1.0.0, v1.9.0, v1.10.0"):
+        registry.find(LLAMA, QWEN, version="v1.2.0")
+
+
+def test_min_recovered_skips_low_versions(registry):
+    entry, version = registry.find(LLAMA, QWEN, min_recovered=0.8)
+    assert (entry.repo_id, version.version) == (L2Q, "v1.9.0")
+    with pytest.raises(NoAdapterError, match="v1.9.0 skipped: recovered 0.89 < min_recovered 0.95"):
+        registry.find(LLAMA, QWEN, min_recovered=0.95)
+
+
+def test_miss_lists_existing_pairs_and_the_train_command(registry):
+    with pytest.raises(NoAdapterError) as err:
+        registry.find(PairEnd("someone/tiny-gpt2"), PairEnd(QWEN.id))
+    message = str(err.value)
+    assert f"into receiver {QWEN.id} exist from sender(s): {LLAMA.id}" in message
+    assert "Adapters from sender someone/tiny-gpt2 exist into receiver(s): none" in message
+    assert f"hf-fold train --sender someone/tiny-gpt2 --receiver {QWEN.id} --out <dir>" in message
+    assert "hf-fold push" in message
+
+
+def test_pairs_for_lists_sorted_entries(registry):
+    assert [e.repo_id for e in registry.pairs_for(receiver_id=QWEN.id)] == [L2Q, RIDGE]
+    assert [e.sender.id for e in registry.pairs_for(sender_id=QWEN.id)] == [QWEN.id]
+    assert [e.repo_id for e in registry.entries()] == sorted(e.repo_id for e in registry.adapters)
