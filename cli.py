@@ -46,8 +46,8 @@ def eval_command(
     seed: int = SEED,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
     adapter: list[Path] = typer.Option([], "--adapter", help="A trained adapter package (`hf-fold train --out`) "
-                                       "to score beside the methods; repeatable. Default for the demo pair: its shipped adapter."),
-    shipped: bool = typer.Option(True, help="With no --adapter, also score the shipped adapter of a demo pair."),
+                                       "to score beside the methods; repeatable. Default: the adapter registry.json lists for the pair."),
+    registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
 ):
     """Score transfer fidelity of each method against native prefill on held-out text.
 
@@ -65,7 +65,7 @@ def eval_command(
 
     args = EvalArgs(sender, receiver, [m.strip() for m in methods.split(",") if m.strip()], data, calib_data,
                     context_tokens, continuation_tokens, windows, calib_windows, batch_size, seed, json_path,
-                    adapter, shipped)
+                    adapter, registered)
     run_eval(args, console)
 
 
@@ -108,6 +108,120 @@ def train_command(
     run_train(TrainArgs(sender, receiver, data, heldout, out, method, max_steps, context_tokens, continuation_tokens,
                         windows, eval_windows, lr, lora_rank, batch_size, accumulate, precision, devices, strategy, seed,
                         resume), console)
+
+
+# Options shared by the hub commands.
+REGISTRY = typer.Option(None, "--registry", help="registry.json to read and update (default: the project's, or $HF_FOLD_REGISTRY).")
+HUB_DIR = typer.Option(None, "--hub-dir", help="Local hub root (default $HF_FOLD_HOME or ~/.cache/heterofold); download cache for remote hubs.")
+TOKEN = typer.Option(None, "--token", help="Token for a remote hub (default: huggingface_hub's stored token).")
+
+
+@app.command("push")
+def push_command(
+    package: Path = typer.Argument(..., help="An adapter package: the --out folder of `hf-fold train`."),
+    repo: str = typer.Option(..., "--repo", help="Repo id, ORG/NAME."),
+    version: str = typer.Option(..., "--version", help="Version to publish, X.Y.Z (published versions are immutable)."),
+    hub: str = typer.Option("local", "--hub", help="local | hf | the http(s) URL of a Hub-compatible server."),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Same as --hub URL."),
+    hub_dir: Optional[Path] = HUB_DIR,
+    token: Optional[str] = TOKEN,
+    registry: Optional[Path] = REGISTRY,
+    license: str = typer.Option("apache-2.0", "--license", help="License in the model card."),
+):
+    """Publish an adapter package: model card, one commit, an immutable version tag, a registry.json entry.
+
+    Examples:
+
+      hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0
+
+      hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.1.0 --hub hf
+
+      hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0 --endpoint http://127.0.0.1:8080
+    """
+    from heterofold_hub.commands.hub import run_push
+
+    run_push(package, repo_id=repo, version=version, hub=endpoint or hub, hub_dir=hub_dir, token=token,
+             registry_path=registry, license=license, console=console)
+
+
+@app.command("pull")
+def pull_command(
+    ref: str = typer.Argument(..., help="ORG/NAME or ORG/NAME@VERSION (default: the latest version)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Copy the files into this new folder."),
+    hub_dir: Optional[Path] = HUB_DIR,
+    token: Optional[str] = TOKEN,
+    registry: Optional[Path] = REGISTRY,
+    local_files_only: bool = typer.Option(False, "--offline", help="Use only files downloaded before."),
+):
+    """Download a registered adapter version, checked against the hashes in registry.json.
+
+    Examples:
+
+      hf-fold pull heterofold/tiny-llama-code-to-tiny-qwen-code
+
+      hf-fold pull heterofold/tiny-llama-code-to-tiny-qwen-code@1.0.0 --out adapters/l2q
+    """
+    from heterofold_hub.commands.hub import run_pull
+
+    run_pull(ref, out=out, registry_path=registry, hub_dir=hub_dir, token=token, local_files_only=local_files_only,
+             console=console)
+
+
+@app.command("list")
+def list_command(
+    sender: Optional[str] = typer.Option(None, "--sender", help="Only adapters from this sender id."),
+    receiver: Optional[str] = typer.Option(None, "--receiver", help="Only adapters into this receiver id."),
+    family: Optional[str] = typer.Option(None, "--family", help="Only pairs with this model_type on either side (llama, qwen2, ...)."),
+    method: Optional[str] = typer.Option(None, "--method", help="Only this method (heterofold, kv-ridge, ...)."),
+    registry: Optional[Path] = REGISTRY,
+):
+    """List the published pair adapters in registry.json.
+
+    Examples:
+
+      hf-fold list
+
+      hf-fold list --receiver heterofold/tiny-qwen-code --method heterofold
+    """
+    from heterofold_hub.commands.hub import run_list
+
+    run_list(sender=sender, receiver=receiver, family=family, method=method, registry_path=registry, console=console)
+
+
+@app.command("show")
+def show_command(
+    ref: str = typer.Argument(..., help="ORG/NAME or ORG/NAME@VERSION."),
+    registry: Optional[Path] = REGISTRY,
+):
+    """Show one registered adapter: its pair, versions, metrics and files.
+
+    Examples:
+
+      hf-fold show heterofold/tiny-llama-code-to-tiny-qwen-code
+
+      hf-fold show heterofold/tiny-llama-code-to-tiny-qwen-code@1.0.0
+    """
+    from heterofold_hub.commands.hub import run_show
+
+    run_show(ref, registry_path=registry, console=console)
+
+
+@app.command("search")
+def search_command(
+    text: str = typer.Argument(..., help="Text to look for in repo ids, model ids, families, methods and summaries."),
+    registry: Optional[Path] = REGISTRY,
+):
+    """Search registry.json for adapters.
+
+    Examples:
+
+      hf-fold search qwen
+
+      hf-fold search tiny-llama
+    """
+    from heterofold_hub.commands.hub import run_search
+
+    run_search(text, registry_path=registry, console=console)
 
 
 def run() -> None:

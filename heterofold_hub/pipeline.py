@@ -17,11 +17,14 @@ from .transfer import assemble, native_prefix_kv, sender_features
 
 @dataclass
 class TransferResult:
-    """A receiver cache over ``input_ids`` ``[B, Tr]`` (left-padded, ``attention_mask`` ``[B, Tr]``)."""
+    """A receiver cache over ``input_ids`` ``[B, Tr]`` (left-padded, ``attention_mask`` ``[B, Tr]``).
+
+    ``prefilled`` is True when the receiver computed the cache itself (a fallback), not a transfer."""
 
     cache: DynamicCache
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    prefilled: bool = False
 
 
 class TransferPipeline:
@@ -84,7 +87,11 @@ class TransferPipeline:
 
     def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from a transferred cache; returns only the new tokens."""
-        model = self.receiver.model
+        return self.continue_from(self.receiver.model, result, **kwargs)
+
+    @staticmethod
+    def continue_from(model, result: TransferResult, **kwargs) -> torch.Tensor:
+        """``model.generate`` from ``result``'s cache: the last token of each text is the first input."""
         out = model.generate(
             input_ids=result.input_ids.to(model.device),
             attention_mask=result.attention_mask.to(model.device),

@@ -216,6 +216,9 @@ def _fp(fingerprint: str | None) -> str:
 def _side_fit(role: str, repo_id: str, registered: PairEnd, caller: PairEnd, known_ids: set) -> tuple[bool, str | None]:
     """Does ``registered`` fit the caller's side? Returns (fits, why-not note worth reporting or None)."""
     if caller.id == registered.id:
+        if None not in (caller.revision, registered.revision) and caller.revision != registered.revision:
+            return False, (f"registry adapter {repo_id} was fitted for {role} revision {registered.revision}, "
+                           f"the loaded {role} is revision {caller.revision}")
         if caller.tokenizer is not None and caller.tokenizer != registered.tokenizer:
             return False, (f"registry adapter {repo_id} was fitted for {role} tokenizer {_fp(registered.tokenizer)}, "
                            f"the loaded {role} has {_fp(caller.tokenizer)} (a different revision or model)")

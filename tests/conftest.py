@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 import heterofold_hub.alignment as sample_module
+from hub_server import LoopbackHub
 
 TRAIN_TEXT = inspect.getsource(sample_module) + inspect.getsource(textwrap)
 
@@ -83,3 +84,10 @@ def pair_dirs(tmp_path_factory):
     heldout = root / "heldout.jsonl"
     heldout.write_text("\n".join(json.dumps({"text": TRAIN_TEXT[half + i * 3000 : half + (i + 1) * 3000]}) for i in range(4)))
     return root
+
+
+@pytest.fixture
+def loopback_hub(tmp_path):
+    """A running LoopbackHub storing its repos under ``tmp_path / "hub"``."""
+    with LoopbackHub(tmp_path / "hub") as hub:
+        yield hub

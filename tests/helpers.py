@@ -45,5 +45,5 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def hf_fold(*args: str) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, offline, as a user would."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")  # wide enough that tables keep ids on one line
     return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=ROOT)

@@ -8,6 +8,7 @@ from heterofold_hub.evaluate import evaluate
 from heterofold_hub.fitting import fit_methods
 from heterofold_hub.models import Side
 from heterofold_hub.pipeline import TransferPipeline
+from heterofold_hub.resolve import resolve_adapter
 from heterofold_hub.windows import make_windows
 from heterofold_hub.zoo import DEMO_PAIR
 
@@ -24,18 +25,25 @@ def test_demo_ids_load_by_name_offline(demo):
 
 
 @pytest.mark.parametrize("direction", [0, 1])
-def test_recolor_keeps_context_benefit_on_heldout(demo, direction):
-    """A small version of `hf-fold eval`: held-out windows, methods fitted on the calibration split."""
+def test_recolor_and_shipped_adapter_keep_context_benefit_on_heldout(demo, direction):
+    """A small version of `hf-fold eval`: held-out windows, recolor fitted on the calibration split, and
+    the registered HeteroFold adapter of this direction (trained by `hf-fold train` on the train split)."""
     sender, receiver = demo if direction == 0 else demo[::-1]
     cut = dict(context_tokens=256, continuation_tokens=32)
     calib = make_windows(read_texts("bundled:calib"), receiver, max_windows=16, **cut)
     heldout = make_windows(read_texts("bundled:heldout"), receiver, max_windows=24, **cut)
     adapters = fit_methods(sender, receiver, ["recolor"], calib, progress=False)
+    shipped = resolve_adapter(sender, receiver)  # through registry.json and the embedded hub
+    assert shipped.repo_id == f"{sender.name}-to-{receiver.name.split('/')[1]}" and shipped.version == "v1.0.0"
+    adapters["heterofold"] = shipped.adapter
     result = evaluate(sender, receiver, adapters, heldout, progress=False)
     methods = result["methods"]
     assert result["benefit"] > 3 * result["benefit_se"]  # context helps, clearly above noise
     assert methods["recolor"]["recovered"] > 0.5
     assert methods["recolor"]["kl"] < 0.5 * methods["no-context"]["kl"]
+    # Calibration on the receiver's logits beats moment matching alone on the same windows.
+    assert methods["heterofold"]["kl"] < methods["recolor"]["kl"]
+    assert methods["heterofold"]["recovered"] > 0.7
 
 
 def test_transfer_then_generate_on_demo_pair(demo):

@@ -24,17 +24,10 @@ from huggingface_hub.errors import (
 )
 from safetensors.torch import load_file, save_file
 
-from hub_server import LoopbackHub
 
 REPO = "tester/pair-adapter"
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 
-
-@pytest.fixture
-def loopback_hub(tmp_path):
-    """A running LoopbackHub storing its repos under ``tmp_path / "hub"``."""
-    with LoopbackHub(tmp_path / "hub") as hub:
-        yield hub
 
 
 @pytest.fixture

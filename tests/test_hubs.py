@@ -25,7 +25,6 @@ from heterofold_hub.hub import (
     HubError, LocalHub, PublishedVersion, RemoteHub, get_hub, validate_repo_id, validate_version, version_key,
 )
 from heterofold_hub.hub.local import git
-from hub_server import LoopbackHub
 
 REPO = "tester/pair-adapter"
 TOKEN = "test-token"
@@ -40,12 +39,6 @@ CHILD_PRELUDE = textwrap.dedent(f"""
     sys.modules["heterofold_hub"] = package
 """)
 
-
-@pytest.fixture
-def loopback_hub(tmp_path):
-    """A running LoopbackHub storing its repos under ``tmp_path / "hub"``."""
-    with LoopbackHub(tmp_path / "hub") as hub:
-        yield hub
 
 
 @pytest.fixture(params=["local", "remote"])

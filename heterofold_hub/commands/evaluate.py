@@ -27,7 +27,7 @@ class EvalArgs:
     seed: int
     json_path: Path | None
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
-    shipped: bool = True  # with no --adapter, also score the shipped adapter of a demo pair
+    registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -65,28 +65,32 @@ def results_table(result: dict) -> Table:
     return table
 
 
-def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[Path, object]]:
-    """``{row name: (folder, adapter)}`` for the ``--adapter`` packages (with none, the demo pair's
-    shipped adapter), checked against the loaded pair and against training on the eval text. Each row
-    is named by its method, plus its folder name when that name is taken."""
-    from ..saving import check_pair, load_adapter
-    from ..zoo import shipped_adapter
+def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[str, object]]:
+    """``{row name: (source, adapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
+    lists for this pair, if any), checked against the loaded pair and against training on the eval text.
+    Each row is named by its method, plus its source when that name is taken."""
+    from ..registry import NoAdapterError
+    from ..resolve import resolve_adapter
 
-    folders = list(args.adapters)
-    if not folders and args.shipped and (shipped := shipped_adapter(args.sender, args.receiver)) is not None:
-        folders = [shipped]
+    resolved = []
+    for folder in args.adapters:
+        resolved.append((str(folder), resolve_adapter(sender, receiver, adapter=folder)))
+    if not args.adapters and args.registered:
+        try:
+            found = resolve_adapter(sender, receiver)
+            resolved.append((f"{found.repo_id}@{found.version}", found))
+        except NoAdapterError:
+            pass  # nothing registered for this pair: score the methods alone
     out = {}
-    for folder in folders:
-        adapter, metadata = load_adapter(folder)
-        check_pair(adapter, metadata, sender, receiver, source=folder)
-        trained_on = metadata.get("training_args", {}).get("data")
+    for source, found in resolved:
+        trained_on = found.metadata.get("training_args", {}).get("data")
         if trained_on == args.data:
-            raise HeteroFoldError(f"Adapter {folder} was trained on {trained_on!r}, the --data being evaluated; "
+            raise HeteroFoldError(f"Adapter {source} was trained on {trained_on!r}, the --data being evaluated; "
                                   "held-out text must never be trained on. Evaluate on other text.")
-        name = adapter.config.method
+        name = found.adapter.config.method
         if name in taken or name in out:
-            name = f"{name} ({Path(folder).name})"
-        out[name] = (Path(folder), adapter)
+            name = f"{name} ({Path(source).name})"
+        out[name] = (source, found.adapter)
     return out
 
 
@@ -112,7 +116,7 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
     adapters.update({name: adapter for name, (_, adapter) in packages.items()})
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
     result["calibration_windows"] = len(calib)
-    result["adapters"] = {name: str(folder) for name, (folder, _) in packages.items()}  # where each package row came from
+    result["adapters"] = {name: source for name, (source, _) in packages.items()}  # where each adapter row came from
     console.print(results_table(result))
     if args.json_path:
         from ..io import write_json_atomic

@@ -157,7 +157,7 @@ class LocalHub(AdapterHub):
             repo.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=f".tmp-{repo.name}-"))
             try:
-                git("init", "--quiet", "--bare", "--initial-branch=main", str(tmp))
+                git("init", "--quiet", "--bare", "--template=", "--initial-branch=main", str(tmp))  # no sample hooks
                 os.rename(tmp, repo)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,125 @@
+"""``hf-fold push / pull / list / show / search``: publish adapter packages and browse ``registry.json``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import HeteroFoldError
+from ..registry import AdapterEntry, Registry, load_default_registry
+
+
+def open_registry(path: Path | None) -> Registry:
+    return Registry.load(path) if path is not None and Path(path).exists() else (
+        Registry.empty(path) if path is not None else load_default_registry())
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
+    from ..publishing import normalize_version
+
+    repo_id, _, version = ref.partition("@")
+    return repo_id, normalize_version(version) if version else None
+
+
+def find_entry(registry: Registry, repo_id: str) -> AdapterEntry:
+    entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
+    if entry is None:
+        known = ", ".join(e.repo_id for e in registry.entries()) or "none"
+        raise HeteroFoldError(f"{repo_id!r} is not in the registry {registry.path}; registered repos: {known}. "
+                              "Try `hf-fold list` or `hf-fold search TEXT`.")
+    return entry
+
+
+def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
+             registry_path: Path | None, license: str, console: Console) -> None:
+    from ..hub import get_hub
+    from ..publishing import push_package
+
+    registry = open_registry(registry_path)
+    with console.status(f"publishing {repo_id} {version}"):
+        published = push_package(package, repo_id=repo_id, version=version, hub=get_hub(hub, hub_dir=hub_dir, token=token),
+                                 registry=registry, license=license)
+    console.print(f"published {published.repo_id} {published.version} (commit {published.commit[:12]}) to "
+                  f"{published.url_or_path}; registered in {registry.path}")
+
+
+def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
+             local_files_only: bool, console: Console) -> Path:
+    from ..resolve import hub_for, verify_files
+
+    registry = open_registry(registry_path)
+    repo_id, version = split_ref(ref)
+    entry = find_entry(registry, repo_id)
+    chosen = entry.versions[-1] if version is None else next((v for v in entry.versions if v.version == version), None)
+    if chosen is None:
+        raise HeteroFoldError(f"{repo_id} has no version {version}; published: {', '.join(v.version for v in entry.versions)}.")
+    folder = Path(hub_for(entry.hub, registry, hub_dir=hub_dir, token=token).download(
+        repo_id, version=chosen.version, local_files_only=local_files_only))
+    verify_files(folder, chosen, repo_id)
+    if out is not None:
+        if out.exists() and any(out.iterdir()):
+            raise HeteroFoldError(f"--out {out} is not empty; pull into a new or empty folder.")
+        out.mkdir(parents=True, exist_ok=True)
+        for name in chosen.files:
+            shutil.copyfile(folder / name, out / name)  # copyfile follows the HF cache's symlinks
+        folder = out
+    console.print(f"{repo_id} {chosen.version}: {folder}")
+    return folder
+
+
+def entries_table(entries: list[AdapterEntry], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("repo", "method", "sender", "receiver", "latest", "recovered", "KL", "hub"):
+        table.add_column(column, justify="right" if column in ("recovered", "KL") else "left", overflow="fold")
+    for e in entries:
+        latest = e.versions[-1]
+        table.add_row(e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version,
+                      f"{latest.metrics['recovered']:.3f}", f"{latest.metrics.get('kl', float('nan')):.4f}", e.hub)
+    return table
+
+
+def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
+             registry_path: Path | None, console: Console) -> list[AdapterEntry]:
+    registry = open_registry(registry_path)
+    entries = [e for e in registry.pairs_for(receiver_id=receiver, sender_id=sender)
+               if (method is None or e.method == method)
+               and (family is None or family in (e.sender.spec["model_type"], e.receiver.spec["model_type"]))]
+    console.print(entries_table(entries, f"{len(entries)} adapter(s) in {registry.path}"))
+    return entries
+
+
+def run_search(text: str, *, registry_path: Path | None, console: Console) -> list[AdapterEntry]:
+    registry = open_registry(registry_path)
+    needle = text.lower()
+    entries = [e for e in registry.entries() if needle in " ".join(
+        (e.repo_id, e.method, e.sender.id, e.receiver.id, e.summary, e.sender.spec["model_type"],
+         e.receiver.spec["model_type"])).lower()]
+    console.print(entries_table(entries, f"{len(entries)} adapter(s) matching {text!r}"))
+    return entries
+
+
+def run_show(ref: str, *, registry_path: Path | None, console: Console) -> AdapterEntry:
+    registry = open_registry(registry_path)
+    repo_id, version = split_ref(ref)
+    entry = find_entry(registry, repo_id)
+    versions = [v for v in entry.versions if version in (None, v.version)]
+    if not versions:
+        raise HeteroFoldError(f"{repo_id} has no version {version}; published: {', '.join(v.version for v in entry.versions)}.")
+    console.print(f"[bold]{entry.repo_id}[/] ({entry.method}, hub: {entry.hub})\n{entry.summary}")
+    for role, end in (("sender", entry.sender), ("receiver", entry.receiver)):
+        console.print(f"{role}: {end.id} (revision {end.revision or 'not recorded'}, tokenizer {end.tokenizer[:23]}..., "
+                      f"{end.spec['model_type']}, {end.spec['num_layers']} layers x {end.spec['kv_heads']} kv heads x "
+                      f"{end.spec['head_dim']})")
+    table = Table(title="versions")
+    for column in ("version", "commit", "recovered", "KL", "top-1", "NLL", "files"):
+        table.add_column(column)
+    for v in versions:
+        m = v.metrics
+        table.add_row(v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
+                      f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", ", ".join(sorted(v.files)))
+    console.print(table)
+    return entry

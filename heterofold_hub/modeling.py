@@ -1,0 +1,137 @@
+"""``HeteroFoldModel``: a frozen receiver plus the pair adapter that maps one sender's KV caches into it.
+
+    model = HeteroFoldModel.from_pretrained("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code")
+    result = model.transfer(sender_cache, text)       # receiver cache, no receiver prefill
+    new_tokens = model.generate(result, max_new_tokens=20)
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+from .errors import HeteroFoldError
+from .models import Side, encode
+from .pipeline import TransferPipeline, TransferResult
+from .registry import NoAdapterError, Registry
+from .resolve import ResolvedAdapter, resolve_adapter
+from .saving import save_adapter
+
+FALLBACKS = ("error", "prefill")
+logger = logging.getLogger(__name__)
+
+
+def _side(model, *, revision=None, torch_dtype=None, device_map=None, local_files_only=False, with_model=True) -> Side:
+    """A Side from an id, a local folder, a Side, or a loaded transformers model (its tokenizer by name)."""
+    if isinstance(model, Side):
+        return model
+    if isinstance(model, torch.nn.Module):
+        from .models import load_tokenizer
+
+        return Side.from_model(model, load_tokenizer(model.name_or_path, local_files_only=local_files_only))
+    kwargs = dict(revision=revision, local_files_only=local_files_only)
+    if with_model:
+        kwargs.update(torch_dtype=torch_dtype, device=device_map)
+    return Side.load(str(model), with_model=with_model, **kwargs)
+
+
+class HeteroFoldModel:
+    """The receiver wrapped for one sender. ``resolved`` is None when no adapter fit and ``fallback="prefill"``."""
+
+    def __init__(self, sender: Side, receiver: Side, resolved: ResolvedAdapter | None, *, fallback: str = "error"):
+        if fallback not in FALLBACKS:
+            raise HeteroFoldError(f"fallback={fallback!r}; choose one of {', '.join(FALLBACKS)}.")
+        self.sender, self.receiver, self.resolved, self.fallback = sender, receiver, resolved, fallback
+        self.pipeline = TransferPipeline(resolved.adapter, sender, receiver) if resolved is not None else None
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        sender,
+        receiver,
+        *,
+        adapter: str | Path | None = None,
+        revision: str | None = None,
+        sender_revision: str | None = None,
+        receiver_revision: str | None = None,
+        adapter_revision: str | None = None,
+        registry: Registry | str | Path | None = None,
+        torch_dtype: torch.dtype | None = None,
+        device_map: str | torch.device | None = None,
+        local_files_only: bool = False,
+        fallback: str = "error",
+        min_recovered: float | None = None,
+        load_sender: bool = False,
+        hub_dir=None,
+        token: str | None = None,
+    ) -> "HeteroFoldModel":
+        """Resolve the adapter for exactly this pair and load the frozen receiver.
+
+        ``sender``/``receiver``: model ids, local folders or loaded models. ``adapter``: a package folder or a
+        registered repo id (default: the registry's best fit). ``revision`` is the adapter version (alias of
+        ``adapter_revision``, e.g. ``"v1.0.0"``). The sender model itself is loaded only with
+        ``load_sender=True`` (its tokenizer and config always are). ``fallback="prefill"``: when no adapter fits
+        or its recorded ``recovered`` is below ``min_recovered``, ``transfer`` re-prefills natively and says so.
+        """
+        if fallback not in FALLBACKS:
+            raise HeteroFoldError(f"fallback={fallback!r}; choose one of {', '.join(FALLBACKS)}.")
+        if revision is not None and adapter_revision is not None and revision != adapter_revision:
+            raise HeteroFoldError(f"revision={revision!r} and adapter_revision={adapter_revision!r} disagree; pass one.")
+        common = dict(local_files_only=local_files_only, torch_dtype=torch_dtype, device_map=device_map)
+        sender_side = _side(sender, revision=sender_revision, with_model=load_sender, **common)
+        receiver_side = _side(receiver, revision=receiver_revision, **common)
+        try:
+            resolved = resolve_adapter(sender_side, receiver_side, adapter=adapter, version=revision or adapter_revision,
+                                       registry=registry, min_recovered=min_recovered,
+                                       local_files_only=local_files_only, hub_dir=hub_dir, token=token)
+        except NoAdapterError as miss:
+            if fallback == "error":
+                raise
+            warnings.warn(f"No adapter fits; transfer() will prefill the receiver natively.\n{miss}", stacklevel=2)
+            resolved = None
+        return cls(sender_side, receiver_side, resolved, fallback=fallback)
+
+    @property
+    def adapter(self):
+        return None if self.resolved is None else self.resolved.adapter
+
+    def transfer(self, sender_cache, text: str | list[str], **kwargs) -> TransferResult:
+        """The receiver cache for ``text`` from the sender's cache of it (``prefilled=True`` when it fell back)."""
+        if self.pipeline is not None:
+            return self.pipeline.transfer(sender_cache, text, **kwargs)
+        return self._prefill(text)
+
+    @torch.no_grad()
+    def _prefill(self, text: str | list[str]) -> TransferResult:
+        """Fallback: the receiver's own prefill, in the same left-padded form a transfer gives."""
+        texts = [text] if isinstance(text, str) else list(text)
+        encoded = [encode(self.receiver.tokenizer, t)[0] for t in texts]
+        width = max(len(ids) for ids in encoded)
+        pad = self.receiver.tokenizer.pad_token_id or 0
+        ids = torch.full((len(texts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(texts), width), dtype=torch.long)
+        for row, seq in enumerate(encoded):
+            ids[row, width - len(seq):], mask[row, width - len(seq):] = seq, 1
+        model = self.receiver.model
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+        out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
+                    position_ids=positions[:, :-1].to(model.device), use_cache=True)
+        return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True)
+
+    def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
+        """``receiver.generate`` continuing from ``result``; returns only the new tokens."""
+        return TransferPipeline.continue_from(self.receiver.model, result, **kwargs)
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write the adapter package (config + safetensors weights, never base-model weights)."""
+        if self.resolved is None:
+            raise HeteroFoldError("There is no adapter to save: this model fell back to native prefill.")
+        return save_adapter(self.resolved.adapter, folder, metadata=self.resolved.metadata)
+
+    def __repr__(self) -> str:
+        where = "native prefill (fallback)" if self.resolved is None else (
+            f"{self.resolved.repo_id} {self.resolved.version}" if self.resolved.repo_id else str(self.resolved.folder))
+        return f"HeteroFoldModel({self.sender.name} -> {self.receiver.name}, adapter: {where})"

@@ -1,0 +1,112 @@
+"""From a (sender, receiver) pair to a loaded, verified adapter: registry lookup, hub download, integrity
+check of every file against the hashes the registry recorded, and the pair check against the loaded models."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import HeteroFoldError
+from .fingerprint import tokenizer_fingerprint
+from .hub import AdapterHub, LocalHub, get_hub
+from .methods.base import PairAdapter
+from .models import Side
+from .registry import AdapterEntry, PairEnd, Registry, VersionEntry, load_default_registry
+from .saving import check_pair, load_adapter
+
+EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
+
+
+@dataclass
+class ResolvedAdapter:
+    """A loaded adapter and where it came from (``repo_id``/``version`` are None for a plain folder)."""
+
+    adapter: PairAdapter
+    metadata: dict
+    folder: Path
+    repo_id: str | None = None
+    version: str | None = None
+    metrics: dict | None = None
+
+
+def pair_end(side: Side) -> PairEnd:
+    """What the registry matches a side on: id, revision, tokenizer fingerprint and KV layout."""
+    revision = getattr(getattr(side.model, "config", None), "_commit_hash", None) if side.model is not None else None
+    return PairEnd(side.name, revision, tokenizer_fingerprint(side.tokenizer), side.spec.to_dict())
+
+
+def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | None = None) -> AdapterHub:
+    """The hub a registry entry lives in: "embedded" is the ``hub/`` folder beside the registry file."""
+    if entry_hub == "embedded":
+        if registry.path is None:
+            raise HeteroFoldError("This registry has no file path, so its embedded hub cannot be located.")
+        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR)
+    return get_hub(entry_hub, hub_dir=hub_dir, token=token)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def verify_files(folder: Path, version: VersionEntry, repo_id: str) -> None:
+    """Every file the registry recorded is present with the recorded hash (no truncated or altered weights)."""
+    for name, expected in sorted(version.files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise HeteroFoldError(f"{repo_id} {version.version}: {name} is missing from {folder}; the registry "
+                                  "lists it. Delete that folder to download it again, or re-publish the version.")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise HeteroFoldError(f"{repo_id} {version.version}: {path} has hash {actual[:19]}..., the registry "
+                                  f"recorded {expected[:19]}...: the file is corrupt or was altered. Delete it to "
+                                  "download it again; never load weights that fail this check.")
+
+
+def resolve_adapter(
+    sender: Side,
+    receiver: Side,
+    *,
+    adapter: str | Path | None = None,
+    version: str | None = None,
+    registry: Registry | str | Path | None = None,
+    min_recovered: float | None = None,
+    local_files_only: bool = False,
+    hub_dir=None,
+    token: str | None = None,
+) -> ResolvedAdapter:
+    """The adapter for exactly this pair: ``adapter`` (a package folder) if given, else the registry's best fit.
+
+    Raises ``NoAdapterError`` (what exists, how to train one) when nothing fits, ``PairMismatchError`` when a
+    given package was fitted for other models, ``HeteroFoldError`` when a file fails its integrity check.
+    """
+    if adapter is not None and Path(adapter).is_dir():
+        loaded, metadata = load_adapter(adapter)
+        check_pair(loaded, metadata, sender, receiver, source=adapter)
+        return ResolvedAdapter(loaded, metadata, Path(adapter))
+    if not isinstance(registry, Registry):
+        registry = Registry.load(registry) if registry is not None else load_default_registry()
+    if adapter is not None:  # a repo id: it must be registered and fit this pair like any other candidate
+        entry, chosen = _pinned_repo(registry, str(adapter), version, sender, receiver, min_recovered)
+    else:
+        entry, chosen = registry.find(pair_end(sender), pair_end(receiver), version=version, min_recovered=min_recovered)
+    hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
+    folder = Path(hub.download(entry.repo_id, version=chosen.version, local_files_only=local_files_only))
+    verify_files(folder, chosen, entry.repo_id)
+    loaded, metadata = load_adapter(folder)
+    check_pair(loaded, metadata, sender, receiver, source=f"{entry.repo_id} {chosen.version}")
+    return ResolvedAdapter(loaded, metadata, folder, entry.repo_id, chosen.version, dict(chosen.metrics))
+
+
+def _pinned_repo(registry: Registry, repo_id: str, version, sender: Side, receiver: Side,
+                 min_recovered) -> tuple[AdapterEntry, VersionEntry]:
+    entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
+    if entry is None:
+        raise HeteroFoldError(f"Adapter {repo_id!r} is neither a package folder nor in the registry "
+                              f"{registry.path}; registered repos: {', '.join(e.repo_id for e in registry.entries()) or 'none'}.")
+    solo = Registry([entry], registry.path)
+    return solo.find(pair_end(sender), pair_end(receiver), version=version, min_recovered=min_recovered)

@@ -1,0 +1,153 @@
+"""HeteroFoldModel.from_pretrained through registry.json, push/pull round trips on the embedded hub and on the
+loopback Hub server, wrong pairs refused, the prefill fallback, and the browsing commands."""
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from heterofold_hub.errors import PairMismatchError
+from heterofold_hub.hub import LocalHub, RemoteHub
+from heterofold_hub.modeling import HeteroFoldModel
+from heterofold_hub.publishing import push_package
+from heterofold_hub.registry import NoAdapterError, Registry, load_default_registry
+from heterofold_hub.zoo import DEMO_PAIR
+
+from helpers import ROOT, hf_fold
+
+L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
+Q2L = "heterofold/tiny-qwen-code-to-tiny-llama-code"
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+
+
+def shipped_package(repo_id: str, tmp_path: Path) -> Path:
+    """A copy of a shipped adapter version as a plain package folder (the files `hf-fold train` writes)."""
+    registry = load_default_registry()
+    folder = LocalHub(registry.path.parent / "hub").download(repo_id, version="v1.0.0")
+    package = tmp_path / repo_id.split("/")[1]
+    package.mkdir()
+    for name in ("adapter_config.json", "adapter.safetensors", "metrics.json"):
+        shutil.copyfile(folder / name, package / name)
+    return package
+
+
+@pytest.mark.parametrize("sender,receiver,repo_id", [(*DEMO_PAIR, L2Q), (*DEMO_PAIR[::-1], Q2L)])
+def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, receiver, repo_id):
+    model = HeteroFoldModel.from_pretrained(sender, receiver, load_sender=True, local_files_only=True)
+    assert (model.resolved.repo_id, model.resolved.version) == (repo_id, "v1.0.0")
+    assert model.resolved.metrics["recovered"] > 0.8
+    with torch.no_grad():
+        cache = model.sender.model(**model.sender.tokenizer(TEXT, return_tensors="pt"), use_cache=True).cache
+    result = model.transfer(cache, TEXT)
+    assert not result.prefilled
+    assert result.cache.layers[0].keys.shape[2] == len(model.receiver.tokenizer(TEXT).input_ids) - 1
+    assert model.generate(result, max_new_tokens=6, do_sample=False).shape == (1, 6)
+
+
+def test_an_adapter_for_another_pair_is_refused_naming_both_sides(tmp_path):
+    q2l = shipped_package(Q2L, tmp_path)
+    with pytest.raises(PairMismatchError) as err:
+        HeteroFoldModel.from_pretrained(*DEMO_PAIR, adapter=q2l)
+    message = str(err.value)
+    assert "heterofold/tiny-qwen-code -> heterofold/tiny-llama-code" in message  # what the adapter was fitted for
+    assert f"{DEMO_PAIR[0]} -> {DEMO_PAIR[1]}" in message  # what was asked
+
+
+def test_a_changed_tokenizer_is_not_resolved(tmp_path):
+    data = json.loads(load_default_registry().path.read_text())
+    for entry in data["adapters"]:
+        entry["receiver"]["tokenizer"] = "sha256:" + "0" * 64  # as if the receiver's tokenizer had changed
+    path = tmp_path / "registry.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(NoAdapterError) as err:
+        HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=path)
+    assert "sha256:000000000000" in str(err.value) and "the loaded receiver has sha256:" in str(err.value)
+
+
+def test_no_adapter_falls_back_to_prefill_only_when_asked(pair_dirs):
+    sender, receiver = str(pair_dirs / "sender"), str(pair_dirs / "receiver")
+    with pytest.raises(NoAdapterError, match="hf-fold train --sender"):
+        HeteroFoldModel.from_pretrained(sender, receiver)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = HeteroFoldModel.from_pretrained(sender, receiver, fallback="prefill")
+    assert any("prefill" in str(w.message) for w in caught)
+    batch = model.transfer(None, [TEXT, TEXT[:20]])
+    assert batch.prefilled and batch.input_ids.shape[0] == 2
+    assert model.generate(batch, max_new_tokens=3, do_sample=False).shape == (2, 3)
+    # The fallback cache continues exactly like the receiver's own prefill of the same text.
+    result = model.transfer(None, TEXT)
+    ids = model.receiver.tokenizer(TEXT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        native = model.receiver.model(input_ids=ids).logits[0, -1]
+        step = model.receiver.model(input_ids=result.input_ids[:1, -1:], cache=result.cache,
+                                    attention_mask=result.attention_mask).logits[0, -1]
+    torch.testing.assert_close(step, native, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(params=["embedded", "remote"])
+def target_hub(request, tmp_path):
+    if request.param == "embedded":
+        return LocalHub(tmp_path / "hub")
+    return RemoteHub(request.getfixturevalue("loopback_hub").url, token="test-token", cache_dir=tmp_path / "cache")
+
+
+def test_push_then_pull_round_trip_versions_and_pinning(target_hub, tmp_path):
+    package = shipped_package(L2Q, tmp_path)
+    registry = Registry.empty(tmp_path / "registry.json")
+    repo_id = "tester/l2q"
+    push_package(package, repo_id=repo_id, version="1.0.0", hub=target_hub, registry=registry)
+    with pytest.raises(Exception, match="already published"):
+        push_package(package, repo_id=repo_id, version="v1.0.0", hub=target_hub, registry=registry)
+    push_package(package, repo_id=repo_id, version="1.1.0", hub=target_hub, registry=registry)
+
+    reloaded = Registry.load(tmp_path / "registry.json")
+    assert [v.version for v in reloaded.entries()[0].versions] == ["v1.0.0", "v1.1.0"]
+    for version in ("v1.0.0", "v1.1.0"):
+        folder = Path(target_hub.download(repo_id, version=version))
+        for name in ("adapter_config.json", "adapter.safetensors", "metrics.json"):
+            assert (folder / name).read_bytes() == (package / name).read_bytes()
+        card = (folder / "README.md").read_text()
+        assert f"# {repo_id}" in card and version in card
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=reloaded, adapter=repo_id, revision="v1.0.0",
+                                            hub_dir=None if isinstance(target_hub, LocalHub) else tmp_path / "cache")
+    assert (model.resolved.repo_id, model.resolved.version) == (repo_id, "v1.0.0")
+
+
+def test_tampered_weights_are_refused(tmp_path):
+    registry_path = tmp_path / "registry.json"
+    hub = LocalHub(tmp_path / "hub")
+    push_package(shipped_package(L2Q, tmp_path), repo_id="tester/l2q", version="1.0.0", hub=hub,
+                 registry=Registry.empty(registry_path))
+    weights = hub.download("tester/l2q", version="v1.0.0") / "adapter.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])  # truncated on disk after download
+    with pytest.raises(Exception, match="corrupt or was altered"):
+        HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry_path, adapter="tester/l2q")
+
+
+def test_cli_push_list_show_search_pull(tmp_path):
+    package = shipped_package(Q2L, tmp_path)
+    registry, hub = str(tmp_path / "registry.json"), str(tmp_path / "hub")
+    run = hf_fold("push", str(package), "--repo", "tester/q2l", "--version", "2.0.0", "--hub-dir", hub, "--registry", registry)
+    assert run.returncode == 0, run.stdout + run.stderr
+    listed = hf_fold("list", "--registry", registry, "--family", "qwen2")
+    assert listed.returncode == 0 and "tester/q2l" in listed.stdout and "v2.0.0" in listed.stdout
+    assert "tester/q2l" not in hf_fold("list", "--registry", registry, "--method", "kv-ridge").stdout
+    shown = hf_fold("show", "tester/q2l@2.0.0", "--registry", registry)
+    assert shown.returncode == 0 and "adapter.safetensors" in shown.stdout and "v2.0.0" in shown.stdout
+    assert "tester/q2l" in hf_fold("search", "TINY-QWEN", "--registry", registry).stdout
+    out = tmp_path / "pulled"
+    pulled = hf_fold("pull", "tester/q2l@2.0.0", "--out", str(out), "--hub-dir", hub, "--registry", registry)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert (out / "adapter.safetensors").read_bytes() == (package / "adapter.safetensors").read_bytes()
+    again = hf_fold("push", str(package), "--repo", "tester/q2l", "--version", "2.0.0", "--hub-dir", hub, "--registry", registry)
+    assert again.returncode == 2 and "already published" in again.stdout and "Traceback" not in again.stdout
+
+
+def test_shipped_registry_lists_both_directions():
+    run = hf_fold("list")
+    assert run.returncode == 0 and L2Q in run.stdout and Q2L in run.stdout
+    assert load_default_registry().path == ROOT / "registry.json"
