@@ -97,8 +97,8 @@ def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | 
         if not (folder / plot_name).is_file():
             raise HeteroFoldError(f"Plot {plot_name} is not in {folder}; the card links to it by file name, "
                                   "so copy the plot into the package folder first.")
-    meta = config.get("metadata", {})
-    train_args = meta.get("training_args", {})
+    meta = config  # pair identity and training record are fields of the config itself
+    train_args = meta.get("training_args") or {}
     order = [m for m in BASELINES if m in rows] + [m for m in rows if m not in BASELINES]
     sides = [{"role": who, "model": config[who], "spec": config[f"{who}_spec"],
               "tokenizer": meta.get(f"{who}_tokenizer"), "revision": meta.get(f"{who}_revision")}

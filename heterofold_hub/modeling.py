@@ -129,7 +129,7 @@ class HeteroFoldModel:
         """Write the adapter package (config + safetensors weights, never base-model weights)."""
         if self.resolved is None:
             raise HeteroFoldError("There is no adapter to save: this model fell back to native prefill.")
-        return save_adapter(self.resolved.adapter, folder, metadata=self.resolved.metadata)
+        return save_adapter(self.resolved.adapter, folder)
 
     def __repr__(self) -> str:
         where = "native prefill (fallback)" if self.resolved is None else (

@@ -68,7 +68,7 @@ def push_package(
     version to ``registry`` (default: the project's registry.json), saved atomically after the publish."""
     package, version = Path(package), normalize_version(version)
     validate_repo_id(repo_id)
-    adapter, metadata = load_adapter(package)  # refuses a package whose weights do not match its config
+    adapter = load_adapter(package)  # refuses a package whose weights do not match its config
     registry = registry if registry is not None else load_default_registry()
     for entry in registry.entries():  # fail before publishing anything
         if entry.repo_id == repo_id and version in [v.version for v in entry.versions]:
@@ -83,9 +83,8 @@ def push_package(
     config = adapter.config
     registry.add_version(
         repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
-        sender=PairEnd(config.sender, metadata.get("sender_revision"), metadata.get("sender_tokenizer"), config.sender_spec),
-        receiver=PairEnd(config.receiver, metadata.get("receiver_revision"), metadata.get("receiver_tokenizer"),
-                         config.receiver_spec),
+        sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
+        receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer, config.receiver_spec),
         version=version, commit=published.commit, files=files, metrics=_registry_metrics(metrics, config.method),
         summary=card_summary(card),
     )

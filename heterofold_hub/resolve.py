@@ -23,7 +23,6 @@ class ResolvedAdapter:
     """A loaded adapter and where it came from (``repo_id``/``version`` are None for a plain folder)."""
 
     adapter: PairAdapter
-    metadata: dict
     folder: Path
     repo_id: str | None = None
     version: str | None = None
@@ -85,9 +84,9 @@ def resolve_adapter(
     given package was fitted for other models, ``HeteroFoldError`` when a file fails its integrity check.
     """
     if adapter is not None and Path(adapter).is_dir():
-        loaded, metadata = load_adapter(adapter)
-        check_pair(loaded, metadata, sender, receiver, source=adapter)
-        return ResolvedAdapter(loaded, metadata, Path(adapter))
+        loaded = load_adapter(adapter)
+        check_pair(loaded, sender, receiver, source=adapter)
+        return ResolvedAdapter(loaded, Path(adapter))
     if not isinstance(registry, Registry):
         registry = Registry.load(registry) if registry is not None else load_default_registry()
     if adapter is not None:  # a repo id: it must be registered and fit this pair like any other candidate
@@ -97,9 +96,9 @@ def resolve_adapter(
     hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
     folder = Path(hub.download(entry.repo_id, version=chosen.version, local_files_only=local_files_only))
     verify_files(folder, chosen, entry.repo_id)
-    loaded, metadata = load_adapter(folder)
-    check_pair(loaded, metadata, sender, receiver, source=f"{entry.repo_id} {chosen.version}")
-    return ResolvedAdapter(loaded, metadata, folder, entry.repo_id, chosen.version, dict(chosen.metrics))
+    loaded = load_adapter(folder)
+    check_pair(loaded, sender, receiver, source=f"{entry.repo_id} {chosen.version}")
+    return ResolvedAdapter(loaded, folder, entry.repo_id, chosen.version, dict(chosen.metrics))
 
 
 def _pinned_repo(registry: Registry, repo_id: str, version, sender: Side, receiver: Side,

@@ -17,18 +17,18 @@ CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter.safetensors"
 
 
-def save_adapter(adapter: PairAdapter, folder: str | Path, *, metadata: dict | None = None) -> Path:
-    """Write the adapter's config (plus ``metadata``: ids, revisions, fingerprints, training args) and
-    weights. Weights go first, so a config on disk always has its weights beside it."""
+def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
+    """Write the adapter's config (its dataclass, as JSON) and weights. Weights go first, so a config on
+    disk always has its weights beside it."""
     folder = Path(folder)
     tensors = {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
     write_bytes_atomic(folder / WEIGHTS_NAME, save(tensors))
-    write_json_atomic(folder / CONFIG_NAME, {**adapter.config.to_dict(), "metadata": metadata or {}})
+    write_json_atomic(folder / CONFIG_NAME, adapter.config.to_dict())
     return folder
 
 
-def load_adapter(folder: str | Path) -> tuple[PairAdapter, dict]:
-    """The adapter saved in ``folder`` and its metadata."""
+def load_adapter(folder: str | Path) -> PairAdapter:
+    """The adapter saved in ``folder``, frozen and in eval mode."""
     folder = Path(folder)
     config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
     if not config_path.is_file() or not weights_path.is_file():
@@ -37,7 +37,6 @@ def load_adapter(folder: str | Path) -> tuple[PairAdapter, dict]:
             "Pass the --out folder of `hf-fold train`."
         )
     data = json.loads(config_path.read_text())
-    metadata = data.pop("metadata", {})
     config = AdapterConfig.from_dict(data)
     adapter = get_method(config.method)(config)
     state = load_file(weights_path)
@@ -48,10 +47,10 @@ def load_adapter(folder: str | Path) -> tuple[PairAdapter, dict]:
         adapter.load_state_dict(state)
     except RuntimeError as err:
         raise HeteroFoldError(f"{weights_path} does not match its config's dims: {str(err).splitlines()[-1].strip()}") from err
-    return adapter.requires_grad_(False).eval(), metadata
+    return adapter.requires_grad_(False).eval()
 
 
-def check_pair(adapter: PairAdapter, metadata: dict, sender, receiver, *, source: str | Path) -> None:
+def check_pair(adapter: PairAdapter, sender, receiver, *, source: str | Path) -> None:
     """Refuse an adapter fitted for another pair: KV dims and (when recorded) tokenizer fingerprints
     must match the models actually loaded. ``sender``/``receiver`` are ``Side``s."""
     from .fingerprint import tokenizer_fingerprint
@@ -64,7 +63,11 @@ def check_pair(adapter: PairAdapter, metadata: dict, sender, receiver, *, source
         if diff:
             detail = ", ".join(f"{k} {a!r} in the adapter vs {b!r} in {side.name}" for k, (a, b) in diff.items())
             problems.append(f"{role} KV layout differs: {detail}")
-        fingerprint = metadata.get(f"{role}_tokenizer")
+        revision = getattr(adapter.config, f"{role}_revision")
+        loaded_revision = getattr(getattr(side.model, "config", None), "_commit_hash", None)
+        if None not in (revision, loaded_revision) and revision != loaded_revision:
+            problems.append(f"{role} {side.name} is revision {loaded_revision}, the adapter was fitted on {revision}")
+        fingerprint = getattr(adapter.config, f"{role}_tokenizer")
         if fingerprint and fingerprint != tokenizer_fingerprint(side.tokenizer):
             problems.append(f"{role} tokenizer of {side.name} is not the one the adapter was fitted with "
                             f"(fingerprint {fingerprint[:19]}...)")

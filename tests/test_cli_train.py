@@ -34,10 +34,11 @@ def eval_args(pair_dirs, *extra, sender="sender", receiver="receiver", data="hel
 
 def test_train_writes_a_complete_adapter_package(package, pair_dirs):
     out = package
-    adapter, metadata = load_adapter(out)
+    adapter = load_adapter(out)
+    metadata = adapter.config
     assert adapter.config.method == "heterofold" and adapter.config.receiver == str(pair_dirs / "receiver")
-    assert metadata["sender_tokenizer"].startswith("sha256:") and metadata["sender_tokenizer"] != metadata["receiver_tokenizer"]
-    assert metadata["training_args"]["max_steps"] == 3
+    assert metadata.sender_tokenizer.startswith("sha256:") and metadata.sender_tokenizer != metadata.receiver_tokenizer
+    assert metadata.training_args["max_steps"] == 3 and metadata.library_version
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["methods"]) == {"native", "no-context", "heterofold"}
     assert all(torch.isfinite(p).all() for p in adapter.state_dict().values())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -109,16 +109,17 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     held_out = make_windows(heldout_texts, receiver, max_windows=args.eval_windows, **cut)
     result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
     console.print(results_table(result))
-    metadata = {
-        "library_version": __version__,
-        "sender_revision": getattr(sender.model.config, "_commit_hash", None),
-        "receiver_revision": getattr(receiver.model.config, "_commit_hash", None),
-        "sender_tokenizer": tokenizer_fingerprint(sender.tokenizer),
-        "receiver_tokenizer": tokenizer_fingerprint(receiver.tokenizer),
-        "training_args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
-        "training_windows": len(windows),
-    }
-    save_adapter(adapter, args.out, metadata=metadata)
+    adapter.config = replace(
+        adapter.config,
+        library_version=__version__,
+        sender_revision=getattr(sender.model.config, "_commit_hash", None),
+        receiver_revision=getattr(receiver.model.config, "_commit_hash", None),
+        sender_tokenizer=tokenizer_fingerprint(sender.tokenizer),
+        receiver_tokenizer=tokenizer_fingerprint(receiver.tokenizer),
+        training_args={k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
+        training_windows=len(windows),
+    )
+    save_adapter(adapter, args.out)
     write_json_atomic(args.out / "metrics.json", result)
     console.print(f"wrote adapter package to {args.out}")
     return result

@@ -83,7 +83,7 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
             pass  # nothing registered for this pair: score the methods alone
     out = {}
     for source, found in resolved:
-        trained_on = found.metadata.get("training_args", {}).get("data")
+        trained_on = found.adapter.config.training_args.get("data")
         if trained_on == args.data:
             raise HeteroFoldError(f"Adapter {source} was trained on {trained_on!r}, the --data being evaluated; "
                                   "held-out text must never be trained on. Evaluate on other text.")

@@ -37,9 +37,10 @@ def get_method(name: str) -> type["PairAdapter"]:
 
 @dataclass
 class AdapterConfig:
-    """What an adapter was fitted for and how. It is the adapter's on-disk JSON.
+    """What an adapter was fitted for and how. It is the adapter's on-disk JSON (``adapter_config.json``).
 
-    ``layer_sources[r]`` lists the sender layers whose features feed receiver layer ``r``.
+    ``layer_sources[r]`` lists the sender layers whose features feed receiver layer ``r``. The pair identity
+    (ids, revisions, tokenizer fingerprints, KV specs) is what loading checks against the models in use.
     """
 
     method: str
@@ -49,7 +50,14 @@ class AdapterConfig:
     receiver_spec: dict
     layer_sources: list[list[int]]
     min_native: int = 1
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # method-specific settings
+    sender_revision: str | None = None
+    receiver_revision: str | None = None
+    sender_tokenizer: str | None = None  # tokenizer fingerprints (heterofold_hub.fingerprint), "sha256:..."
+    receiver_tokenizer: str | None = None
+    library_version: str | None = None
+    training_args: dict = field(default_factory=dict)  # how it was fitted (hf-fold train arguments)
+    training_windows: int | None = None
 
     def __post_init__(self):
         n_recv, n_send = self.receiver_spec["num_layers"], self.sender_spec["num_layers"]
@@ -93,6 +101,19 @@ class PairAdapter(nn.Module, ABC):
     def __init__(self, config: AdapterConfig):
         super().__init__()
         self.config = config
+
+    def save_pretrained(self, folder) -> "Path":
+        """Write ``adapter_config.json`` and ``adapter.safetensors`` (never base-model weights)."""
+        from ..saving import save_adapter
+
+        return save_adapter(self, folder)
+
+    @classmethod
+    def from_pretrained(cls, folder) -> "PairAdapter":
+        """The adapter saved in ``folder`` (any registered method; pickle-free)."""
+        from ..saving import load_adapter
+
+        return load_adapter(folder)
 
     @abstractmethod
     def map_layer(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
