@@ -3,13 +3,14 @@
 from .arch import KVSpec, kv_spec
 from .errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
 from .methods import METHODS, AdapterConfig, PairAdapter, get_method
+from .modeling import HeteroFoldModel
 from .models import Side, load_model, load_tokenizer
 from .pipeline import TransferPipeline, TransferResult
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AdapterConfig", "AlignmentError", "HeteroFoldError", "KVSpec", "METHODS", "PairAdapter",
+    "AdapterConfig", "AlignmentError", "HeteroFoldError", "HeteroFoldModel", "KVSpec", "METHODS", "PairAdapter",
     "PairMismatchError", "Side", "TransferPipeline", "TransferResult", "UnsupportedArchitectureError",
     "get_method", "kv_spec", "load_model", "load_tokenizer",
 ]

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from .resolve import ResolvedAdapter, resolve_adapter
 from .saving import save_adapter
 
 FALLBACKS = ("error", "prefill")
-logger = logging.getLogger(__name__)
 
 
 def _side(model, *, revision=None, torch_dtype=None, device_map=None, local_files_only=False, with_model=True) -> Side:
@@ -130,6 +128,19 @@ class HeteroFoldModel:
         if self.resolved is None:
             raise HeteroFoldError("There is no adapter to save: this model fell back to native prefill.")
         return save_adapter(self.resolved.adapter, folder)
+
+    def push_to_hub(self, repo_id: str, *, version: str, hub: str | None = None, hub_dir=None,
+                    token: str | None = None, registry: Registry | str | Path | None = None):
+        """Publish this model's adapter package (card, immutable version, registry entry), like ``hf-fold push``."""
+        from .hub import get_hub
+        from .publishing import push_package
+
+        if self.resolved is None:
+            raise HeteroFoldError("There is no adapter to push: this model fell back to native prefill.")
+        if registry is not None and not isinstance(registry, Registry):
+            registry = Registry.load(registry) if Path(registry).exists() else Registry.empty(registry)
+        return push_package(self.resolved.folder, repo_id=repo_id, version=version,
+                            hub=get_hub(hub, hub_dir=hub_dir, token=token), registry=registry)
 
     def __repr__(self) -> str:
         where = "native prefill (fallback)" if self.resolved is None else (

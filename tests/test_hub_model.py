@@ -2,7 +2,10 @@
 loopback Hub server, wrong pairs refused, the prefill fallback, and the browsing commands."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -115,6 +118,24 @@ def test_push_then_pull_round_trip_versions_and_pinning(target_hub, tmp_path):
     model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=reloaded, adapter=repo_id, revision="v1.0.0",
                                             hub_dir=None if isinstance(target_hub, LocalHub) else tmp_path / "cache")
     assert (model.resolved.repo_id, model.resolved.version) == (repo_id, "v1.0.0")
+
+
+def test_push_to_hub_then_offline_load_in_a_fresh_process(loopback_hub, tmp_path):
+    """Push to a Hub-compatible server, pull once, stop the server: HF_HUB_OFFLINE=1 still loads it."""
+    registry, cache = tmp_path / "registry.json", tmp_path / "cache"
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR)
+    model.push_to_hub("tester/l2q", version="1.0.0", hub=loopback_hub.url, token="test-token", registry=registry)
+    assert Registry.load(registry).entries()[0].hub == loopback_hub.url
+    online = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry, hub_dir=cache)
+    assert online.resolved.repo_id == "tester/l2q"
+    loopback_hub.stop()
+    code = (f"from heterofold_hub import HeteroFoldModel; m = HeteroFoldModel.from_pretrained("
+            f"{DEMO_PAIR[0]!r}, {DEMO_PAIR[1]!r}, registry={str(registry)!r}, hub_dir={str(cache)!r}, "
+            f"local_files_only=True); print(m.resolved.repo_id, m.resolved.version)")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-2:] == ["tester/l2q", "v1.0.0"]
 
 
 def test_tampered_weights_are_refused(tmp_path):
