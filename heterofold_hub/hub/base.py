@@ -131,10 +131,17 @@ def adapter_files(folder: str | os.PathLike) -> list[Path]:
 class AdapterHub(abc.ABC):
     """A store of versioned adapter repos (huggingface_hub style: ``repo_id`` first, keyword-only options)."""
 
-    @abc.abstractmethod
     def publish(self, repo_id: str, folder: str | os.PathLike, *, version: str,
                 message: str | None = None) -> PublishedVersion:
         """Upload every file of ``folder`` as one commit tagged ``version``; an existing version raises HubError."""
+        validate_repo_id(repo_id)
+        validate_version(version)
+        files = adapter_files(folder)
+        return self._publish(repo_id, Path(folder), files, version, message or f"Publish {repo_id} {version}")
+
+    @abc.abstractmethod
+    def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
+        """``publish`` after its arguments were checked: commit ``files`` and tag the commit ``version``."""
 
     @abc.abstractmethod
     def download(self, repo_id: str, *, version: str | None = None, local_files_only: bool = False) -> Path:

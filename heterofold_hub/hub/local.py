@@ -33,7 +33,6 @@ from .base import (
     HubError,
     PublishedVersion,
     _repo_id_problem,
-    adapter_files,
     already_published,
     sort_versions,
     validate_repo_id,
@@ -108,12 +107,7 @@ class LocalHub(AdapterHub):
         return sort_versions(tags.splitlines())
 
     # -- publish ------------------------------------------------------------------------------------------
-    def publish(self, repo_id: str, folder: str | os.PathLike, *, version: str,
-                message: str | None = None) -> PublishedVersion:
-        validate_repo_id(repo_id)
-        validate_version(version)
-        files = adapter_files(folder)
-        message = message or f"Publish {repo_id} {version}"
+    def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
         with self.publish_lock(repo_id):
             repo = self._ensure_repo(repo_id)
             versions = self.versions(repo_id)

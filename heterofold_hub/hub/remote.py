@@ -39,7 +39,6 @@ from .base import (
     AdapterHub,
     HubError,
     PublishedVersion,
-    adapter_files,
     already_published,
     sort_versions,
     validate_repo_id,
@@ -123,12 +122,7 @@ class RemoteHub(AdapterHub):
         return sort_versions(tag.name for tag in refs.tags)
 
     # -- publish ------------------------------------------------------------------------------------------
-    def publish(self, repo_id: str, folder: str | os.PathLike, *, version: str,
-                message: str | None = None) -> PublishedVersion:
-        validate_repo_id(repo_id)
-        validate_version(version)
-        files = adapter_files(folder)
-        message = message or f"Publish {repo_id} {version}"
+    def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
         with self._errors(repo_id):
             self.api.create_repo(repo_id, exist_ok=True)
             versions = self.versions(repo_id)
