@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -32,3 +34,17 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+@contextmanager
+def locked(path: str | os.PathLike):
+    """Hold an exclusive lock on ``path + ".lock"`` (released by the kernel if this process dies), so a
+    read-modify-write of ``path`` by two processes cannot lose one of the updates."""
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 from .cards import card_summary, render_card
 from .errors import HeteroFoldError
 from .hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
+from .io import locked
 from .registry import PairEnd, Registry, load_default_registry
 from .resolve import EMBEDDED_HUB_DIR, sha256_file
 from .saving import CONFIG_NAME, WEIGHTS_NAME, load_adapter
@@ -69,7 +71,7 @@ def push_package(
     package, version = Path(package), normalize_version(version)
     validate_repo_id(repo_id)
     adapter = load_adapter(package)  # refuses a package whose weights do not match its config
-    registry = registry if registry is not None else load_default_registry()
+    registry = _fresh(registry if registry is not None else load_default_registry())
     for entry in registry.entries():  # fail before publishing anything
         if entry.repo_id == repo_id and version in [v.version for v in entry.versions]:
             raise HeteroFoldError(f"{repo_id} {version} is already published and versions are immutable; "
@@ -81,12 +83,19 @@ def push_package(
         files = {p.name: sha256_file(p) for p in sorted(staging.iterdir())}
         published = hub.publish(repo_id, staging, version=version, message=message or f"{repo_id} {version}")
     config = adapter.config
-    registry.add_version(
-        repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
-        sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
-        receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer, config.receiver_spec),
-        version=version, commit=published.commit, files=files, metrics=_registry_metrics(metrics, config.method),
-        summary=card_summary(card),
-    )
-    registry.save()
+    with locked(registry.path) if registry.path is not None else nullcontext():
+        registry = _fresh(registry)  # another push may have registered something meanwhile
+        registry.add_version(
+            repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
+            sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
+            receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer, config.receiver_spec),
+            version=version, commit=published.commit, files=files, metrics=_registry_metrics(metrics, config.method),
+            summary=card_summary(card),
+        )
+        registry.save()
     return published
+
+
+def _fresh(registry: Registry) -> Registry:
+    """The registry as it is on disk now (it may have changed since it was loaded)."""
+    return Registry.load(registry.path) if registry.path is not None and registry.path.exists() else registry

@@ -168,6 +168,17 @@ def test_cli_push_list_show_search_pull(tmp_path):
     assert again.returncode == 2 and "already published" in again.stdout and "Traceback" not in again.stdout
 
 
+def test_a_push_with_a_stale_registry_keeps_the_other_entries(tmp_path):
+    """Two pushers that loaded registry.json before either wrote: the second must not drop the first's entry
+    (push re-reads the file under a lock before it adds its version)."""
+    package = shipped_package(L2Q, tmp_path)
+    path, hub = tmp_path / "registry.json", LocalHub(tmp_path / "hub")
+    first, second = Registry.empty(path), Registry.empty(path)  # both loaded while the file did not exist
+    push_package(package, repo_id="tester/l2q-a", version="1.0.0", hub=hub, registry=first)
+    push_package(package, repo_id="tester/l2q-b", version="1.0.0", hub=hub, registry=second)
+    assert [e.repo_id for e in Registry.load(path).entries()] == ["tester/l2q-a", "tester/l2q-b"]
+
+
 def test_shipped_registry_lists_both_directions():
     run = hf_fold("list")
     assert run.returncode == 0 and L2Q in run.stdout and Q2L in run.stdout
