@@ -191,9 +191,12 @@ def list_command(
 @app.command("show")
 def show_command(
     ref: str = typer.Argument(..., help="ORG/NAME or ORG/NAME@VERSION."),
+    card: bool = typer.Option(True, help="Also print the model card (downloaded from the adapter's hub)."),
+    hub_dir: Optional[Path] = HUB_DIR,
+    token: Optional[str] = TOKEN,
     registry: Optional[Path] = REGISTRY,
 ):
-    """Show one registered adapter: its pair, versions, metrics and files.
+    """Show one registered adapter: its pair, versions, metrics, files and model card.
 
     Examples:
 
@@ -203,7 +206,7 @@ def show_command(
     """
     from heterofold_hub.commands.hub import run_show
 
-    run_show(ref, registry_path=registry, console=console)
+    run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=console)
 
 
 @app.command("search")

@@ -66,7 +66,7 @@ def test_body(package, metrics):
     assert "`sha256:3bdad3afb5a444d6`" in text and "`sha256:ee537ba873bb756a`" in text
     assert "| receiver | `/tmp/oldzoo/heterofold_hub/zoo/models/tiny-qwen-code` | qwen2 | 3 | 2 | 48 |" in text
     assert "HeteroFoldModel.from_pretrained(" in text and "hf-fold eval --sender" in text
-    assert "--revision v1.0.0" in text and "| lr | `0.003` |" in text and "heterofold-hub 0.1.0 on 128 training windows" in text
+    assert f"hf-fold pull {REPO_ID}@v1.0.0" in text and "| lr | `0.003` |" in text and "heterofold-hub 0.1.0 on 128 training windows" in text
     assert "## Limitations" in text
     assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
     assert all(line == line.rstrip() for line in text.splitlines())

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,11 @@ import torch
 from heterofold_hub.errors import PairMismatchError
 from heterofold_hub.hub import LocalHub, RemoteHub
 from heterofold_hub.modeling import HeteroFoldModel
+from heterofold_hub.models import Side
 from heterofold_hub.publishing import push_package
 from heterofold_hub.registry import NoAdapterError, Registry, load_default_registry
+from heterofold_hub.resolve import pair_end, resolve_adapter
+from heterofold_hub.saving import check_pair
 from heterofold_hub.zoo import DEMO_PAIR
 
 from helpers import ROOT, hf_fold
@@ -68,6 +72,22 @@ def test_a_changed_tokenizer_is_not_resolved(tmp_path):
     with pytest.raises(NoAdapterError) as err:
         HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=path)
     assert "sha256:000000000000" in str(err.value) and "the loaded receiver has sha256:" in str(err.value)
+
+
+def test_a_different_revision_is_refused_naming_both():
+    sender, receiver = Side.load(DEMO_PAIR[0]), Side.load(DEMO_PAIR[1])
+    adapter = resolve_adapter(sender, receiver).adapter
+    adapter.config = replace(adapter.config, receiver_revision="a" * 40)  # fitted on one revision...
+    receiver.model.config._commit_hash = "b" * 40  # ...loaded at another
+    with pytest.raises(PairMismatchError) as err:
+        check_pair(adapter, sender, receiver, source="test")
+    assert "a" * 40 in str(err.value) and "b" * 40 in str(err.value)
+    # The registry refuses the same way when both revisions are recorded.
+    entry = load_default_registry().pairs_for(receiver_id=DEMO_PAIR[1])[0]
+    registry = Registry([replace(entry, receiver=replace(entry.receiver, revision="a" * 40))])
+    with pytest.raises(NoAdapterError) as miss:
+        registry.find(pair_end(sender), replace(pair_end(receiver), revision="b" * 40))
+    assert "revision " + "a" * 40 in str(miss.value) and "b" * 40 in str(miss.value)
 
 
 def test_no_adapter_falls_back_to_prefill_only_when_asked(pair_dirs):

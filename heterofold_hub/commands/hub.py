@@ -102,7 +102,8 @@ def run_search(text: str, *, registry_path: Path | None, console: Console) -> li
     return entries
 
 
-def run_show(ref: str, *, registry_path: Path | None, console: Console) -> AdapterEntry:
+def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, token: str | None, card: bool,
+             console: Console) -> AdapterEntry:
     registry = open_registry(registry_path)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
@@ -122,4 +123,12 @@ def run_show(ref: str, *, registry_path: Path | None, console: Console) -> Adapt
         table.add_row(v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
                       f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", ", ".join(sorted(v.files)))
     console.print(table)
+    if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
+        from rich.markdown import Markdown
+
+        from ..resolve import hub_for, verify_files
+
+        folder = Path(hub_for(entry.hub, registry, hub_dir=hub_dir, token=token).download(repo_id, version=versions[-1].version))
+        verify_files(folder, versions[-1], repo_id)
+        console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
     return entry
