@@ -16,7 +16,7 @@ import torch
 from heterofold_hub.errors import PairMismatchError
 from heterofold_hub.hub import LocalHub, RemoteHub
 from heterofold_hub.modeling import HeteroFoldModel
-from heterofold_hub.models import Side
+from heterofold_hub.models import Side, load_model, resolve
 from heterofold_hub.publishing import push_package
 from heterofold_hub.registry import NoAdapterError, Registry, load_default_registry
 from heterofold_hub.resolve import pair_end, resolve_adapter
@@ -52,6 +52,16 @@ def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, rece
     assert not result.prefilled
     assert result.cache.layers[0].keys.shape[2] == len(model.receiver.tokenizer(TEXT).input_ids) - 1
     assert model.generate(result, max_new_tokens=6, do_sample=False).shape == (1, 6)
+
+
+def test_local_paths_and_loaded_models_resolve_by_fingerprint():
+    """A local copy of a registered model is matched on tokenizer fingerprint and KV layout, not on its id."""
+    folders = [str(resolve(name)) for name in DEMO_PAIR]
+    by_path = HeteroFoldModel.from_pretrained(*folders)
+    assert by_path.resolved.repo_id == L2Q
+    receiver = load_model(folders[1])  # a loaded transformers model
+    by_model = HeteroFoldModel.from_pretrained(folders[0], receiver)
+    assert by_model.resolved.repo_id == L2Q and by_model.receiver.model is receiver
 
 
 def test_an_adapter_for_another_pair_is_refused_naming_both_sides(tmp_path):
