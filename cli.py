@@ -110,6 +110,31 @@ def train_command(
                         resume), console)
 
 
+@app.command("bench")
+def bench_command(
+    sender: Optional[str] = typer.Option(None, help="Sender id or folder (default: the demo pair, both directions)."),
+    receiver: Optional[str] = typer.Option(None, help="Receiver id or folder."),
+    contexts: str = typer.Option("256,512,1024,2048,4096", help="Context lengths in receiver tokens, comma-separated."),
+    repeats: int = typer.Option(5, help="Timed repeats per figure (the median is reported), after one warm-up."),
+    data: str = typer.Option("bundled:heldout", help="Text the contexts are cut from."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the timings as JSON here."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (time vs context, log scale) here."),
+):
+    """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
+
+    Examples:
+
+      hf-fold bench
+
+      hf-fold bench --contexts 512,2048 --repeats 3 --json bench.json --plot bench.png
+
+      hf-fold bench --sender ./my-llama --receiver ./my-qwen --contexts 1024,8192
+    """
+    from heterofold_hub.commands.bench import BenchArgs, parse_contexts, run_bench_command
+
+    run_bench_command(BenchArgs(sender, receiver, parse_contexts(contexts), repeats, data, json_path, plot_path), console)
+
+
 # Options shared by the hub commands.
 REGISTRY = typer.Option(None, "--registry", help="registry.json to read and update (default: the project's, or $HF_FOLD_REGISTRY).")
 HUB_DIR = typer.Option(None, "--hub-dir", help="Local hub root (default $HF_FOLD_HOME or ~/.cache/heterofold); download cache for remote hubs.")

@@ -30,10 +30,9 @@ def _side(model, *, revision=None, torch_dtype=None, device_map=None, local_file
         from .models import load_tokenizer
 
         return Side.from_model(model, load_tokenizer(model.name_or_path, local_files_only=local_files_only))
-    kwargs = dict(revision=revision, local_files_only=local_files_only)
-    if with_model:
-        kwargs.update(torch_dtype=torch_dtype, device=device_map)
-    return Side.load(str(model), with_model=with_model, **kwargs)
+    model_kwargs = dict(torch_dtype=torch_dtype, device=device_map) if with_model else {}
+    return Side.load(str(model), with_model=with_model, revision=revision, local_files_only=local_files_only,
+                     **model_kwargs)
 
 
 class HeteroFoldModel:

@@ -101,10 +101,13 @@ class Side:
     model: torch.nn.Module | None = None
 
     @classmethod
-    def load(cls, name_or_path: str, *, with_model: bool = True, **kwargs) -> "Side":
-        model = load_model(name_or_path, **kwargs) if with_model else None
-        config = model.config if model is not None else load_config(name_or_path)
-        tokenizer = load_tokenizer(name_or_path)
+    def load(cls, name_or_path: str, *, with_model: bool = True, revision: str | None = None,
+             local_files_only: bool = False, **model_kwargs) -> "Side":
+        """Tokenizer and KV layout always; the model itself (``model_kwargs``: torch_dtype, device) when asked."""
+        hub = dict(revision=revision, local_files_only=local_files_only)
+        model = load_model(name_or_path, **hub, **model_kwargs) if with_model else None
+        config = model.config if model is not None else load_config(name_or_path, **hub)
+        tokenizer = load_tokenizer(name_or_path, **hub)
         rope = Rope(model) if model is not None else None
         return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=rope, model=model)
 

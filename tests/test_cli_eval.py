@@ -37,3 +37,25 @@ def test_eval_argument_problems_are_gathered():
     for flag in ("--methods", "--windows", "--sender and --receiver"):
         assert flag in run.stdout
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    run = hf_fold("bench", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                  "--data", str(pair_dirs / "heldout.jsonl"), "--contexts", "16,48", "--repeats", "1",
+                  "--json", str(out), "--plot", str(png))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    # Cut at a character boundary, a context can come out a token or two short of the request, never over.
+    assert all(n - 3 <= r["context_tokens"] <= n for n, r in zip((16, 48), rows)) and len(rows) == 2
+    for row in rows:
+        assert row["prefill_s"] > 0 and row["copy_s"] > 0
+        assert set(row["transfer_s"]) == {"heterofold", "kv-ridge", "dense-latent"}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_argument_problems_are_gathered():
+    run = hf_fold("bench", "--sender", "x", "--contexts", "4", "--repeats", "0")
+    assert run.returncode == 2
+    for flag in ("--sender and --receiver", "--contexts", "--repeats"):
+        assert flag in run.stdout

@@ -1,0 +1,86 @@
+"""Transfer vs native prefill, timed side by side in one run (``hf-fold bench``).
+
+For each context length, on the same text: the receiver's own prefill (tokenize + forward with cache), each
+method's transfer from the sender's cache (tokenize both sides + align + map + build the cache: what
+``TransferPipeline.transfer`` does), and a plain copy of a receiver cache of that size, the floor any
+transfer must pay to write the cache. Each figure is the median of ``repeats`` runs after one warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .errors import HeteroFoldError
+from .methods.base import PairAdapter
+from .models import Side, encode
+from .pipeline import TransferPipeline
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
+    """A prefix of the joined ``texts`` that the receiver tokenizes into exactly ``tokens`` tokens (incl. its
+    special prefix), cut at a token boundary so that both tokenizers see the same characters."""
+    chosen, chars = [], 0
+    for text in texts:  # enough text for the longest context (a token is rarely over 8 characters)
+        chosen.append(text)
+        chars += len(text) + 1
+        if chars > 8 * tokens:
+            break
+    joined = "\n".join(chosen)
+    ids, offsets = encode(receiver.tokenizer, joined)
+    if len(ids) < tokens:
+        raise HeteroFoldError(f"The benchmark text holds {len(ids)} receiver tokens, fewer than --contexts {tokens}. "
+                              "Pass shorter contexts or more text.")
+    text = joined[: int(offsets[tokens - 1][1])]
+    while len(encode(receiver.tokenizer, text)[0]) > tokens:  # a merge across the cut can add a token
+        text = text[:-1]
+    return text
+
+
+@torch.no_grad()
+def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int) -> dict:
+    """One context length: seconds for prefill, copy and each method's transfer of ``text``."""
+    s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
+    sender_cache = sender.model(**s_inputs, use_cache=True).cache  # what the sender already computed: not timed
+
+    def prefill():
+        ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
+        return receiver.model(input_ids=ids, use_cache=True).cache
+
+    native = prefill()
+    layers = [(layer.keys, layer.values) for layer in native.layers]
+    row = {
+        "context_tokens": int(layers[0][0].shape[2]),
+        "prefill_s": median_seconds(prefill, repeats),
+        "copy_s": median_seconds(lambda: [(k.clone(), v.clone()) for k, v in layers], repeats),
+        "transfer_s": {},
+    }
+    for name, adapter in adapters.items():
+        pipeline = TransferPipeline(adapter, sender, receiver)
+        row["transfer_s"][name] = median_seconds(lambda: pipeline.transfer(sender_cache, text), repeats)
+    return row
+
+
+def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],
+              contexts: list[int], *, repeats: int = 5, progress=None) -> dict:
+    """``{"sender", "receiver", "rows": [bench_row per context length]}``."""
+    rows = []
+    for tokens in contexts:
+        rows.append(bench_row(sender, receiver, adapters, text_of_length(texts, receiver, tokens), repeats))
+        if progress is not None:
+            progress()
+    return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
+            "repeats": repeats, "rows": rows}

@@ -1,0 +1,132 @@
+"""``hf-fold bench``: transfer vs native prefill timings for a pair, as a table, JSON and a plot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from ..errors import HeteroFoldError
+from ..zoo import DEMO_PAIR
+
+METHODS = ("heterofold", "kv-ridge", "dense-latent")
+
+
+@dataclass
+class BenchArgs:
+    sender: str | None  # None: the demo pair, both directions
+    receiver: str | None
+    contexts: list[int]
+    repeats: int = 5
+    data: str = "bundled:heldout"
+    json_path: Path | None = None
+    plot_path: Path | None = None
+
+    def validate(self) -> None:
+        problems = []
+        if (self.sender is None) != (self.receiver is None):
+            problems.append("--sender and --receiver: give both, or neither for the demo pair in both directions")
+        if not self.contexts or any(n < 8 for n in self.contexts):
+            problems.append(f"--contexts: {self.contexts} must be receiver token counts of at least 8, e.g. 512,2048")
+        if self.repeats < 1:
+            problems.append(f"--repeats: {self.repeats} is too small (minimum 1)")
+        if problems:
+            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+    def directions(self) -> list[tuple[str, str]]:
+        return [(self.sender, self.receiver)] if self.sender is not None else [DEMO_PAIR, DEMO_PAIR[::-1]]
+
+
+def parse_contexts(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise HeteroFoldError(f"--contexts {value!r}: give comma-separated token counts, e.g. 512,2048") from None
+
+
+def bench_adapters(sender, receiver) -> dict:
+    """The registered HeteroFold adapter of the pair, plus both baselines fitted on a little calibration text
+    (their transfer cost does not depend on how well they were fitted)."""
+    from ..data import read_texts
+    from ..fitting import fit_methods
+    from ..registry import NoAdapterError
+    from ..resolve import resolve_adapter
+    from ..windows import make_windows
+
+    calib = make_windows(read_texts("bundled:calib"), receiver, context_tokens=256, continuation_tokens=32, max_windows=16)
+    adapters = fit_methods(sender, receiver, ["kv-ridge", "dense-latent"], calib, mse_steps=50, nll_steps=5)
+    try:
+        adapters = {"heterofold": resolve_adapter(sender, receiver).adapter, **adapters}
+    except NoAdapterError:  # no registered adapter: time the recolor map, which has exactly its cost
+        adapters = {"heterofold": fit_methods(sender, receiver, ["recolor"], calib)["recolor"], **adapters}
+    return adapters
+
+
+def results_table(result: dict) -> Table:
+    table = Table(title=f"{result['sender']} -> {result['receiver']}: median of {result['repeats']} "
+                        f"({result['threads']} CPU threads), milliseconds")
+    # last two columns: how much faster heterofold is than prefill, and how far it is above the copy floor
+    for column in ("context", "prefill", "copy", *METHODS, "speed-up", "/ copy"):
+        table.add_column(column, justify="right")
+    for row in result["rows"]:
+        t = row["transfer_s"]
+        table.add_row(str(row["context_tokens"]), f"{row['prefill_s'] * 1e3:.1f}", f"{row['copy_s'] * 1e3:.2f}",
+                      *(f"{t[m] * 1e3:.1f}" for m in METHODS),
+                      f"{row['prefill_s'] / t['heterofold']:.1f}x", f"{t['heterofold'] / row['copy_s']:.1f}x")
+    return table
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        ctx = [r["context_tokens"] for r in result["rows"]]
+        ax.plot(ctx, [r["prefill_s"] * 1e3 for r in result["rows"]], "o-", label="native prefill")
+        for m in METHODS:
+            ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
+        ax.plot(ctx, [r["copy_s"] * 1e3 for r in result["rows"]], "k--", label="cache copy (floor)")
+        ax.set_xscale("log", base=2)
+        ax.set(yscale="log", xlabel="context tokens (receiver)", ylabel="ms",
+               title=f"{result['sender'].split('/')[-1]} -> {result['receiver'].split('/')[-1]}")
+        ax.set_xticks(ctx, [str(n) for n in ctx])
+        ax.minorticks_off()
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
+    args.validate()
+    from ..bench import run_bench
+    from ..data import read_texts
+    from ..io import write_json_atomic
+    from ..models import Side
+
+    texts = read_texts(args.data)
+    results = []
+    for sender_id, receiver_id in args.directions():
+        with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
+            sender, receiver = Side.load(sender_id), Side.load(receiver_id)
+            adapters = bench_adapters(sender, receiver)
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("timing", total=len(args.contexts))
+            result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
+                               progress=lambda: bar.advance(task))
+        console.print(results_table(result))
+        results.append(result)
+    if args.json_path:
+        write_json_atomic(args.json_path, results[0] if len(results) == 1 else {"directions": results})
+        console.print(f"wrote {args.json_path}")
+    if args.plot_path:
+        plot(results, args.plot_path)
+        console.print(f"wrote {args.plot_path}")
+    return results
