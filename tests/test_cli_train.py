@@ -87,3 +87,15 @@ def test_eval_refuses_a_package_trained_on_the_eval_text(package, pair_dirs):
 def test_eval_refuses_a_folder_that_is_not_a_package(tmp_path):
     run = hf_fold("eval", "--adapter", str(tmp_path))
     assert run.returncode == 2 and "--adapter" in run.stdout and "not an adapter package" in run.stdout
+
+
+def test_train_refuses_empty_and_too_short_data(pair_dirs, tmp_path):
+    empty, short = tmp_path / "empty.txt", tmp_path / "short.txt"
+    empty.write_text("")
+    short.write_text("x = 1\n")
+    for data, message in ((empty, "holds no text"), (short, "No text holds"), (tmp_path / "missing.txt", "does not exist")):
+        run = hf_fold("train", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                      "--data", str(data), "--heldout", str(pair_dirs / "heldout.jsonl"), "--out", str(tmp_path / "out"),
+                      "--context-tokens", "48", "--continuation-tokens", "8")
+        assert run.returncode == 2 and message in run.stdout and "Traceback" not in run.stdout + run.stderr, run.stdout
+        assert not (tmp_path / "out" / "adapter_config.json").exists()
