@@ -17,10 +17,10 @@ import yaml
 
 from .errors import HeteroFoldError
 from .io import write_bytes_atomic
+from .saving import CONFIG_NAME, METRICS_NAME
 
 TEMPLATE_NAME = "adapter_card.md.j2"
 CARD_NAME = "README.md"
-CONFIG_NAME, METRICS_NAME = "adapter_config.json", "metrics.json"
 BASELINES = ("native", "no-context")  # listed first in the fidelity table, in this order
 HIDDEN_ARGS = ("out", "sender", "receiver")  # local output path; the pair has its own section
 

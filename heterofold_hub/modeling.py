@@ -15,7 +15,7 @@ import torch
 from .errors import HeteroFoldError
 from .models import Side, encode
 from .pipeline import TransferPipeline, TransferResult
-from .registry import NoAdapterError, Registry
+from .registry import NoAdapterError, Registry, open_registry
 from .resolve import ResolvedAdapter, resolve_adapter
 from .saving import save_adapter
 
@@ -35,12 +35,16 @@ def _side(model, *, revision=None, torch_dtype=None, device_map=None, local_file
                      **model_kwargs)
 
 
+def _check_fallback(fallback: str) -> None:
+    if fallback not in FALLBACKS:
+        raise HeteroFoldError(f"fallback={fallback!r}; choose one of {', '.join(FALLBACKS)}.")
+
+
 class HeteroFoldModel:
     """The receiver wrapped for one sender. ``resolved`` is None when no adapter fit and ``fallback="prefill"``."""
 
     def __init__(self, sender: Side, receiver: Side, resolved: ResolvedAdapter | None, *, fallback: str = "error"):
-        if fallback not in FALLBACKS:
-            raise HeteroFoldError(f"fallback={fallback!r}; choose one of {', '.join(FALLBACKS)}.")
+        _check_fallback(fallback)
         self.sender, self.receiver, self.resolved, self.fallback = sender, receiver, resolved, fallback
         self.pipeline = TransferPipeline(resolved.adapter, sender, receiver) if resolved is not None else None
 
@@ -73,8 +77,7 @@ class HeteroFoldModel:
         ``load_sender=True`` (its tokenizer and config always are). ``fallback="prefill"``: when no adapter fits
         or its recorded ``recovered`` is below ``min_recovered``, ``transfer`` re-prefills natively and says so.
         """
-        if fallback not in FALLBACKS:
-            raise HeteroFoldError(f"fallback={fallback!r}; choose one of {', '.join(FALLBACKS)}.")
+        _check_fallback(fallback)
         if revision is not None and adapter_revision is not None and revision != adapter_revision:
             raise HeteroFoldError(f"revision={revision!r} and adapter_revision={adapter_revision!r} disagree; pass one.")
         common = dict(local_files_only=local_files_only, torch_dtype=torch_dtype, device_map=device_map)
@@ -136,10 +139,8 @@ class HeteroFoldModel:
 
         if self.resolved is None:
             raise HeteroFoldError("There is no adapter to push: this model fell back to native prefill.")
-        if registry is not None and not isinstance(registry, Registry):
-            registry = Registry.load(registry) if Path(registry).exists() else Registry.empty(registry)
         return push_package(self.resolved.folder, repo_id=repo_id, version=version,
-                            hub=get_hub(hub, hub_dir=hub_dir, token=token), registry=registry)
+                            hub=get_hub(hub, hub_dir=hub_dir, token=token), registry=open_registry(registry))
 
     def __repr__(self) -> str:
         where = "native prefill (fallback)" if self.resolved is None else (

@@ -12,11 +12,9 @@ from .cards import card_summary, render_card
 from .errors import HeteroFoldError
 from .hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
 from .io import locked
-from .registry import PairEnd, Registry, load_default_registry
+from .registry import PairEnd, Registry, open_registry
 from .resolve import EMBEDDED_HUB_DIR, sha256_file
-from .saving import CONFIG_NAME, WEIGHTS_NAME, load_adapter
-
-METRICS_NAME = "metrics.json"
+from .saving import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots
 
 
@@ -62,7 +60,7 @@ def push_package(
     repo_id: str,
     version: str,
     hub: AdapterHub,
-    registry: Registry | None = None,
+    registry: Registry | str | Path | None = None,
     license: str = "apache-2.0",
     message: str | None = None,
 ) -> PublishedVersion:
@@ -71,7 +69,7 @@ def push_package(
     package, version = Path(package), normalize_version(version)
     validate_repo_id(repo_id)
     adapter = load_adapter(package)  # refuses a package whose weights do not match its config
-    registry = _fresh(registry if registry is not None else load_default_registry())
+    registry = _fresh(open_registry(registry))
     for entry in registry.entries():  # fail before publishing anything
         if entry.repo_id == repo_id and version in [v.version for v in entry.versions]:
             raise HeteroFoldError(f"{repo_id} {version} is already published and versions are immutable; "

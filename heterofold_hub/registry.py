@@ -355,7 +355,16 @@ class Registry:
         return "\n".join(lines)
 
 
+def open_registry(registry: Registry | str | os.PathLike | None = None) -> Registry:
+    """``registry`` as a Registry: itself, the file at a path (empty, but saving there, if it does not exist
+    yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root)."""
+    if isinstance(registry, Registry):
+        return registry
+    path = Path(registry if registry is not None else
+                os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
+    return Registry.load(path) if path.exists() else Registry.empty(path)
+
+
 def load_default_registry() -> Registry:
     """The registry at $HF_FOLD_REGISTRY, else ``registry.json`` at the repository root; empty if absent."""
-    path = Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
-    return Registry.load(path) if path.exists() else Registry.empty(path)
+    return open_registry(None)

@@ -12,7 +12,7 @@ from .fingerprint import tokenizer_fingerprint
 from .hub import AdapterHub, LocalHub, get_hub
 from .methods.base import PairAdapter
 from .models import Side
-from .registry import AdapterEntry, PairEnd, Registry, VersionEntry, load_default_registry
+from .registry import AdapterEntry, PairEnd, Registry, VersionEntry, open_registry
 from .saving import check_pair, load_adapter
 
 EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
@@ -66,6 +66,15 @@ def verify_files(folder: Path, version: VersionEntry, repo_id: str) -> None:
                                   "download it again; never load weights that fail this check.")
 
 
+def fetch(registry: Registry, entry: AdapterEntry, version: VersionEntry, *, hub_dir=None, token: str | None = None,
+          local_files_only: bool = False) -> Path:
+    """A local folder with ``version``'s files from the entry's hub, each checked against its recorded hash."""
+    hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
+    folder = Path(hub.download(entry.repo_id, version=version.version, local_files_only=local_files_only))
+    verify_files(folder, version, entry.repo_id)
+    return folder
+
+
 def resolve_adapter(
     sender: Side,
     receiver: Side,
@@ -87,15 +96,12 @@ def resolve_adapter(
         loaded = load_adapter(adapter)
         check_pair(loaded, sender, receiver, source=adapter)
         return ResolvedAdapter(loaded, Path(adapter))
-    if not isinstance(registry, Registry):
-        registry = Registry.load(registry) if registry is not None else load_default_registry()
+    registry = open_registry(registry)
     if adapter is not None:  # a repo id: it must be registered and fit this pair like any other candidate
         entry, chosen = _pinned_repo(registry, str(adapter), version, sender, receiver, min_recovered)
     else:
         entry, chosen = registry.find(pair_end(sender), pair_end(receiver), version=version, min_recovered=min_recovered)
-    hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
-    folder = Path(hub.download(entry.repo_id, version=chosen.version, local_files_only=local_files_only))
-    verify_files(folder, chosen, entry.repo_id)
+    folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     loaded = load_adapter(folder)
     check_pair(loaded, sender, receiver, source=f"{entry.repo_id} {chosen.version}")
     return ResolvedAdapter(loaded, folder, entry.repo_id, chosen.version, dict(chosen.metrics))

@@ -15,6 +15,7 @@ from .methods.base import AdapterConfig, PairAdapter
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter.safetensors"
+METRICS_NAME = "metrics.json"  # held-out evaluation written by `hf-fold train`
 
 
 def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:

@@ -85,7 +85,7 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     from heterofold_hub.fitting import fit_methods
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.models import Side
-    from heterofold_hub.saving import save_adapter
+    from heterofold_hub.saving import METRICS_NAME, save_adapter
     from heterofold_hub.windows import make_windows
     from heterofold_hub import __version__
 
@@ -120,6 +120,6 @@ def run_train(args: TrainArgs, console: Console) -> dict:
         training_windows=len(windows),
     )
     save_adapter(adapter, args.out)
-    write_json_atomic(args.out / "metrics.json", result)
+    write_json_atomic(args.out / METRICS_NAME, result)
     console.print(f"wrote adapter package to {args.out}")
     return result

@@ -9,12 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import HeteroFoldError
-from ..registry import AdapterEntry, Registry, load_default_registry
-
-
-def open_registry(path: Path | None) -> Registry:
-    return Registry.load(path) if path is not None and Path(path).exists() else (
-        Registry.empty(path) if path is not None else load_default_registry())
+from ..registry import AdapterEntry, Registry, VersionEntry, open_registry
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
@@ -34,6 +29,15 @@ def find_entry(registry: Registry, repo_id: str) -> AdapterEntry:
     return entry
 
 
+def pick_versions(entry: AdapterEntry, version: str | None) -> list[VersionEntry]:
+    """All versions of ``entry`` when ``version`` is None, else just that one (an error if it is missing)."""
+    picked = [v for v in entry.versions if version in (None, v.version)]
+    if not picked:
+        raise HeteroFoldError(f"{entry.repo_id} has no version {version}; "
+                              f"published: {', '.join(v.version for v in entry.versions)}.")
+    return picked
+
+
 def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
              registry_path: Path | None, license: str, console: Console) -> None:
     from ..hub import get_hub
@@ -49,17 +53,13 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
 
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
              local_files_only: bool, console: Console) -> Path:
-    from ..resolve import hub_for, verify_files
+    from ..resolve import fetch
 
     registry = open_registry(registry_path)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
-    chosen = entry.versions[-1] if version is None else next((v for v in entry.versions if v.version == version), None)
-    if chosen is None:
-        raise HeteroFoldError(f"{repo_id} has no version {version}; published: {', '.join(v.version for v in entry.versions)}.")
-    folder = Path(hub_for(entry.hub, registry, hub_dir=hub_dir, token=token).download(
-        repo_id, version=chosen.version, local_files_only=local_files_only))
-    verify_files(folder, chosen, repo_id)
+    chosen = pick_versions(entry, version)[-1]  # the newest, or the pinned one
+    folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     if out is not None:
         if out.exists() and any(out.iterdir()):
             raise HeteroFoldError(f"--out {out} is not empty; pull into a new or empty folder.")
@@ -107,9 +107,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
     registry = open_registry(registry_path)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
-    versions = [v for v in entry.versions if version in (None, v.version)]
-    if not versions:
-        raise HeteroFoldError(f"{repo_id} has no version {version}; published: {', '.join(v.version for v in entry.versions)}.")
+    versions = pick_versions(entry, version)
     console.print(f"[bold]{entry.repo_id}[/] ({entry.method}, hub: {entry.hub})\n{entry.summary}")
     for role, end in (("sender", entry.sender), ("receiver", entry.receiver)):
         console.print(f"{role}: {end.id} (revision {end.revision or 'not recorded'}, tokenizer {end.tokenizer[:23]}..., "
@@ -126,9 +124,8 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
         from rich.markdown import Markdown
 
-        from ..resolve import hub_for, verify_files
+        from ..resolve import fetch
 
-        folder = Path(hub_for(entry.hub, registry, hub_dir=hub_dir, token=token).download(repo_id, version=versions[-1].version))
-        verify_files(folder, versions[-1], repo_id)
+        folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
         console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
     return entry
