@@ -90,21 +90,42 @@ def rotary_module(model: nn.Module) -> nn.Module | None:
     return getattr(base, "rotary_emb", None)
 
 
+def rotary_from_config(config) -> nn.Module:
+    """The rotary module transformers builds for ``config``'s architecture, without loading any weights."""
+    import importlib
+    import inspect
+
+    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+    found = [c for name, c in vars(module).items()
+             if name.endswith("RotaryEmbedding") and inspect.isclass(c) and c.__module__ == module.__name__]
+    if len(found) != 1:
+        raise UnsupportedArchitectureError(
+            f"Cannot tell which rotary embedding {config.model_type!r} uses (found {[c.__name__ for c in found]}). "
+            "Load the sender model itself (HeteroFoldModel.from_pretrained(..., load_sender=True))."
+        )
+    return found[0](config=config)
+
+
 class Rope:
     """Rotate / un-rotate keys with one model's own RoPE tables.
 
     ``cos``/``sin`` come from the model's rotary module as ``[batch, seq, rotary_dim]``; only the
-    first ``rotary_dim`` dims of each head rotate (partial rotary), the rest pass through.
+    first ``rotary_dim`` dims of each head rotate (partial rotary), the rest pass through. Built from a
+    loaded model, or from its config alone (a sender whose weights were never loaded).
     """
 
-    def __init__(self, model: nn.Module):
-        self.spec = kv_spec(model)
-        self.module = rotary_module(model) if self.spec.rope == ROTATE_HALF else None
-        if self.spec.rope == ROTATE_HALF and self.module is None:
-            raise UnsupportedArchitectureError(
-                f"{self.spec.model_type!r} model has no `rotary_emb` module on its base model; "
-                "HeteroFold cannot un-rotate its keys. Load it with transformers' own modeling code."
-            )
+    def __init__(self, model_or_config):
+        self.spec = kv_spec(model_or_config)
+        self.module = None
+        if self.spec.rope == ROTATE_HALF:
+            is_model = isinstance(model_or_config, nn.Module)
+            self.module = rotary_module(model_or_config) if is_model else rotary_from_config(model_or_config)
+            if self.module is None:
+                raise UnsupportedArchitectureError(
+                    f"{self.spec.model_type!r} model has no `rotary_emb` module on its base model; "
+                    "HeteroFold cannot un-rotate its keys. Load it with transformers' own modeling code."
+                )
 
     def tables(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
         """cos, sin ``[batch, seq, rotary_dim]`` for ``position_ids`` ``[batch, seq]``, or None (no RoPE)."""

@@ -108,8 +108,7 @@ class Side:
         model = load_model(name_or_path, **hub, **model_kwargs) if with_model else None
         config = model.config if model is not None else load_config(name_or_path, **hub)
         tokenizer = load_tokenizer(name_or_path, **hub)
-        rope = Rope(model) if model is not None else None
-        return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=rope, model=model)
+        return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=Rope(model or config), model=model)
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> "Side":

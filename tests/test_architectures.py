@@ -59,3 +59,16 @@ def test_rope_round_trip_with_the_models_own_tables(arch):
 def test_unsupported_architecture_is_named(config):
     with pytest.raises(UnsupportedArchitectureError, match=repr(config.model_type)):
         kv_spec(config)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rope_from_config_alone_matches_the_loaded_model(arch):
+    """A sender whose weights are never loaded (HeteroFoldModel's default) still un-rotates exactly."""
+    model = tiny_model(arch, 100)
+    positions = torch.arange(5, 40).expand(2, -1)
+    from_model = Rope(model).tables(positions, torch.float32)
+    from_config = Rope(model.config).tables(positions, torch.float32)
+    if from_model is None:
+        assert from_config is None
+    else:
+        assert all(torch.equal(a, b) for a, b in zip(from_model, from_config))

@@ -54,6 +54,20 @@ def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, rece
     assert model.generate(result, max_new_tokens=6, do_sample=False).shape == (1, 6)
 
 
+def test_default_load_maps_a_cache_from_a_sender_it_never_loaded():
+    """The app-code default (``load_sender=False``): the sender's cache comes from another process or
+    agent; its RoPE is rebuilt from the sender's config and the result equals a loaded sender's."""
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, local_files_only=True)
+    assert model.sender.model is None
+    sender = Side.load(DEMO_PAIR[0])
+    with torch.no_grad():
+        cache = sender.model(**sender.tokenizer(TEXT, return_tensors="pt"), use_cache=True).cache
+    result = model.transfer(cache, TEXT)
+    loaded = HeteroFoldModel.from_pretrained(*DEMO_PAIR, load_sender=True, local_files_only=True).transfer(cache, TEXT)
+    for a, b in zip(result.cache.layers, loaded.cache.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
 def test_local_paths_and_loaded_models_resolve_by_fingerprint():
     """A local copy of a registered model is matched on tokenizer fingerprint and KV layout, not on its id."""
     folders = [str(resolve(name)) for name in DEMO_PAIR]
