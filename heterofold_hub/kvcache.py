@@ -25,8 +25,15 @@ def cache_layers(cache) -> list[LayerKV]:
 
 
 def build_cache(layers: list[LayerKV]) -> DynamicCache:
-    """A ``DynamicCache`` holding ``layers`` (each ``[batch, kv_heads, seq, head_dim]``)."""
-    return DynamicCache(ddp_cache_data=layers)
+    """A ``DynamicCache`` holding ``layers`` (each ``[batch, kv_heads, seq, head_dim]``) without copying them.
+
+    ``DynamicCache(ddp_cache_data=layers)`` would concatenate each layer onto an empty tensor, a copy of the
+    whole cache at once; the layers are adopted as they are instead (what that update leaves behind)."""
+    cache = DynamicCache(ddp_cache_data=[(None, None)] * len(layers))
+    for layer, (keys, values) in zip(cache.layers, layers):
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+    return cache
 
 
 def check_cache(layers: list[LayerKV], spec: KVSpec, *, who: str, model_id: str) -> None:

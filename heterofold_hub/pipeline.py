@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .alignment import align_batch
 from .errors import HeteroFoldError, PairMismatchError
-from .kvcache import build_cache, cache_layers, check_cache
+from .kvcache import cache_layers, check_cache
 from .methods.base import PairAdapter
-from .models import Side, encode
-from .transfer import assemble, native_prefix_kv, sender_features
+from .models import Side
+from .plan import TransferPlan, build_plan
+from .streaming import map_cache
 
 
 @dataclass
@@ -42,48 +42,35 @@ class TransferPipeline:
                 )
         self.adapter, self.sender, self.receiver = adapter, sender, receiver
 
-    def transfer(self, sender_cache, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferResult:
+    def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferPlan:
+        """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
+
+        ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns."""
+        return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
+                          sender_position_ids=sender_position_ids)
+
+    def transfer(self, sender_cache, texts: str | list[str] | None = None, *, plan: TransferPlan | None = None,
+                 sender_position_ids: torch.Tensor | None = None) -> TransferResult:
         """Map ``sender_cache`` (the sender's prefill of ``texts``, right-padded) to a receiver cache.
 
-        The result covers the receiver's tokens of ``texts`` except the last; pass that last token
-        (see :meth:`generate`) as the first input, as a cache needs at least one uncached token.
+        Give ``texts`` or a ``plan`` of them (:meth:`plan`; reusing one skips tokenization and alignment). The
+        result covers the receiver's tokens of the texts except the last; pass that last token (see
+        :meth:`generate`) as the first input, as a cache needs at least one uncached token.
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
+        if (texts is None) == (plan is None):
+            raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
+        plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
         layers = cache_layers(sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
-        sender_enc = [encode(self.sender.tokenizer, t) for t in texts]
-        receiver_enc = [encode(self.receiver.tokenizer, t) for t in texts]
-        longest = max(len(ids) for ids, _ in sender_enc)
-        if layers[0][0].shape[2] != longest or layers[0][0].shape[0] != len(texts):
+        batch, tokens = layers[0][0].shape[0], layers[0][0].shape[2]
+        if (batch, tokens) != (plan.batch_size, plan.sender_tokens):
             raise PairMismatchError(
-                f"The sender cache holds {layers[0][0].shape[0]} sequence(s) of {layers[0][0].shape[2]} tokens, but "
-                f"{self.sender.name!r} tokenizes the {len(texts)} text(s) given into at most {longest} tokens. "
+                f"The sender cache holds {batch} sequence(s) of {tokens} tokens, but {self.sender.name!r} tokenizes "
+                f"the {plan.batch_size} text(s) given into at most {plan.sender_tokens} tokens. "
                 "Pass the texts the sender prefilled, in the same order."
             )
-        limit = self.receiver.spec.max_positions
-        if max(len(ids) for ids, _ in receiver_enc) > limit:
-            raise HeteroFoldError(
-                f"A context is {max(len(ids) for ids, _ in receiver_enc)} receiver tokens long but "
-                f"{self.receiver.name!r} allows {limit} positions. Shorten the context."
-            )
-        alignment = align_batch(
-            [off for _, off in sender_enc],
-            [off[:-1] for _, off in receiver_enc],
-            [ids[:-1] for ids, _ in receiver_enc],
-            [len(t) for t in texts],
-            min_native=self.adapter.config.min_native,
-        )
-        used = {s for sources in self.adapter.config.layer_sources for s in sources}
-        with torch.no_grad():
-            feats = sender_features(layers, alignment, self.sender.rope, used, sender_position_ids)
-            native = native_prefix_kv(self.receiver.model, alignment)
-            kv = assemble(self.adapter, feats, alignment, self.receiver.rope, native, dtype=self.receiver.model.dtype)
-        last = torch.stack([ids[-1] for ids, _ in receiver_enc])[:, None]
-        return TransferResult(
-            cache=build_cache(kv),
-            input_ids=torch.cat([alignment.receiver_ids, last], 1),
-            attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
-        )
+        cache = map_cache(self.adapter, plan, layers, dtype=self.receiver.model.dtype)
+        return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask)
 
     def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from a transferred cache; returns only the new tokens."""

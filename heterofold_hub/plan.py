@@ -1,0 +1,142 @@
+"""A transfer plan: everything about a batch of context texts that does not depend on the sender's cache.
+
+Tokenizing both sides, aligning tokens, the RoPE tables at both sides' positions and the receiver's own
+KV for its native prefix (the attention sink) depend only on the texts. Building them once per context
+lets every later transfer of that context (another sender cache, another method, a retry) pay only for
+the mapping itself, and lets the plan be built while the sender is still prefilling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .alignment import TokenAlignment, align_batch
+from .errors import HeteroFoldError
+from .kvcache import LayerKV
+from .models import Side, encode
+from .transfer import native_prefix_kv
+
+
+
+@dataclass
+class TransferPlan:
+    """One batch of contexts, ready to map any sender cache of them.
+
+    - ``alignment``: which sender cache column each receiver token draws from (``[B, Tr]``).
+    - ``sender_tokens``: the sequence length the sender cache of these texts must have.
+    - ``unrotate``: the :class:`Turn` that undoes the sender's RoPE at the sender position each receiver token
+      draws from (None without RoPE).
+    - ``rotate``: the receiver's RoPE at its own positions.
+    - ``native``: per receiver layer, the receiver's own keys/values ``[B, Hr, P, Dr]`` of the native prefix.
+    - ``input_ids`` / ``attention_mask`` ``[B, Tr + 1]``: receiver tokens, left-padded; the cache covers all but
+      the last column, which is the first token ``generate`` feeds.
+    """
+
+    alignment: TokenAlignment
+    sender_tokens: int
+    unrotate: Turn | None
+    rotate: Turn | None
+    native: list[LayerKV]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return self.alignment.sender_index.shape[0]
+
+    @property
+    def cache_tokens(self) -> int:
+        """Sequence length of the receiver cache this plan produces."""
+        return self.alignment.sender_index.shape[1]
+
+
+@dataclass
+class Turn:
+    """RoPE (or its inverse) at a batch of positions, on whole heads: ``x * cos + swap(x) * sin``.
+
+    ``swap`` exchanges the two halves of the first ``rotary_dim`` dims; the sign of transformers'
+    ``rotate_half`` (``[-x2, x1]``) is folded into ``sin``. ``cos``, ``sin`` ``[B, T, D]``: past ``rotary_dim``
+    (partial rotary) cos is 1 and sin 0, so those dims pass through. A roll over contiguous rows is several
+    times faster than slicing small heads into halves, which makes many short strided runs.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    rotary_dim: int
+
+    @classmethod
+    def from_tables(cls, tables, head_dim: int, *, inverse: bool) -> "Turn | None":
+        """From a rotary module's ``cos, sin [B, T, rd]``. ``inverse`` divides by ``cos^2 + sin^2`` and negates
+        sin: the inverse rotation, which also undoes rope attention scaling."""
+        if tables is None:
+            return None
+        cos, sin = (t.float() for t in tables)
+        if inverse:
+            norm = cos * cos + sin * sin
+            cos, sin = cos / norm, -sin / norm
+        rotary_dim, half = cos.shape[-1], cos.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), -1)  # rotate_half's sign
+        pad = head_dim - rotary_dim
+        return cls(torch.nn.functional.pad(cos, (0, pad), value=1.0), torch.nn.functional.pad(sin, (0, pad)), rotary_dim)
+
+    def apply(self, x: torch.Tensor, out: torch.Tensor, tokens: slice, *, heads_first: bool) -> None:
+        """``out = turn(x)`` for positions ``tokens``; ``x``, ``out`` ``[B, H, Tc, D]`` (``heads_first``) or
+        ``[B, Tc, H, D]``. ``out`` may be ``x``."""
+        cos, sin = (t[:, None, tokens] if heads_first else t[:, tokens, None] for t in (self.cos, self.sin))
+        rd = self.rotary_dim
+        if rd == x.shape[-1]:
+            swapped = torch.roll(x, rd // 2, -1)
+        else:  # zeros past rd keep 0 * sin finite
+            swapped = torch.cat((torch.roll(x[..., :rd], rd // 2, -1), torch.zeros_like(x[..., rd:])), -1)
+        torch.mul(x, cos, out=out).addcmul_(swapped, sin)
+
+
+@torch.no_grad()
+def build_plan(
+    sender: Side,
+    receiver: Side,
+    texts: str | list[str],
+    *,
+    min_native: int = 1,
+    sender_position_ids: torch.Tensor | None = None,
+) -> TransferPlan:
+    """Tokenize ``texts`` for both models, align them and precompute what every transfer of them needs.
+
+    ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not the cache columns.
+    Needs the receiver model loaded (for its native prefix); the sender model is not used.
+    """
+    if receiver.model is None:
+        raise HeteroFoldError("The receiver model must be loaded to plan a transfer into its cache.")
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts:
+        raise HeteroFoldError("No context texts given; pass the text (or list of texts) the sender prefilled.")
+    sender_enc = [encode(sender.tokenizer, t) for t in texts]
+    receiver_enc = [encode(receiver.tokenizer, t) for t in texts]
+    longest, limit = max(len(ids) for ids, _ in receiver_enc), receiver.spec.max_positions
+    if longest > limit:
+        raise HeteroFoldError(f"A context is {longest} receiver tokens long but {receiver.name!r} allows {limit} "
+                              "positions. Shorten the context.")
+    alignment = align_batch(
+        [off for _, off in sender_enc],
+        [off[:-1] for _, off in receiver_enc],
+        [ids[:-1] for ids, _ in receiver_enc],
+        [len(t) for t in texts],
+        min_native=min_native,
+    )
+    device = receiver.model.device
+    index = alignment.sender_index
+    if sender_position_ids is not None:
+        index = sender_position_ids.to(index.device).gather(1, index)
+    last = torch.stack([ids[-1] for ids, _ in receiver_enc])[:, None]
+    return TransferPlan(
+        alignment=alignment,
+        sender_tokens=max(len(ids) for ids, _ in sender_enc),
+        unrotate=Turn.from_tables(sender.rope.tables(index.to(device), torch.float32), sender.spec.head_dim, inverse=True),
+        rotate=Turn.from_tables(receiver.rope.tables(alignment.receiver_positions.to(device), torch.float32),
+                                receiver.spec.head_dim, inverse=False),
+        native=native_prefix_kv(receiver.model, alignment),
+        input_ids=torch.cat([alignment.receiver_ids, last], 1),
+        attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
+    )

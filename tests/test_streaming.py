@@ -1,0 +1,162 @@
+"""The fast transfer path (plan + layer stream) against the reference path, its memory bound, and its API."""
+
+import pytest
+import torch
+
+from heterofold_hub.bench import text_of_length
+from heterofold_hub.data import read_texts
+from heterofold_hub.errors import HeteroFoldError, PairMismatchError
+from heterofold_hub.kvcache import build_cache, cache_layers
+from heterofold_hub.memory import peak_extra_bytes
+from heterofold_hub.methods import get_method
+from heterofold_hub.models import Side
+from heterofold_hub.pipeline import TransferPipeline
+from heterofold_hub.resolve import resolve_adapter
+from heterofold_hub.streaming import LayerStream, map_cache
+from heterofold_hub.transfer import assemble, native_prefix_kv, sender_features
+from heterofold_hub.zoo import DEMO_PAIR
+
+from conftest import tiny_model
+from helpers import small_calibration, texts
+
+
+@pytest.fixture(scope="module", params=["l2q", "q2l"])
+def demo(request):
+    """(pipeline, sender) of a shipped demo adapter, in each direction."""
+    names = DEMO_PAIR if request.param == "l2q" else DEMO_PAIR[::-1]
+    sender, receiver = Side.load(names[0]), Side.load(names[1])
+    return TransferPipeline(resolve_adapter(sender, receiver).adapter, sender, receiver), sender
+
+
+def sender_cache(sender: Side, batch: list[str]):
+    """The sender's prefill of ``batch``, right-padded as the pipeline expects."""
+    inputs = sender.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
+    with torch.no_grad():
+        return sender.model(**inputs, use_cache=True).cache
+
+
+def reference_layers(pipe: TransferPipeline, cache, plan):
+    """The reference path (what training differentiates through) on the plan's alignment."""
+    adapter, layers = pipe.adapter, cache_layers(cache)
+    used = {s for sources in adapter.config.layer_sources for s in sources}
+    with torch.no_grad():
+        features = sender_features(layers, plan.alignment, pipe.sender.rope, used)
+        native = native_prefix_kv(pipe.receiver.model, plan.alignment)
+        return assemble(adapter, features, plan.alignment, pipe.receiver.rope, native, dtype=torch.float32)
+
+
+def assert_same_cache(fast, reference, atol=1e-5):
+    assert len(fast.layers) == len(reference)
+    for layer, (k, v) in zip(fast.layers, reference):
+        assert layer.keys.shape == k.shape and layer.keys.dtype == k.dtype
+        assert torch.allclose(layer.keys, k, atol=atol, rtol=0), (layer.keys - k).abs().max()
+        assert torch.allclose(layer.values, v, atol=atol, rtol=0), (layer.values - v).abs().max()
+
+
+@pytest.mark.parametrize("chunk_tokens", [None, 50])
+def test_fast_path_equals_reference_on_a_padded_batch(demo, chunk_tokens):
+    pipe, sender = demo
+    batch = [texts()[0][:1500], texts()[1][:600]]  # different lengths: left-padded receiver rows
+    cache, plan = sender_cache(sender, batch), pipe.plan(batch)
+    assert plan.attention_mask[1, 0] == 0  # the short row really is padded
+    fast = map_cache(pipe.adapter, plan, cache_layers(cache), dtype=torch.float32, chunk_tokens=chunk_tokens)
+    assert_same_cache(fast, reference_layers(pipe, cache, plan))
+
+
+@pytest.mark.parametrize("sender_arch,receiver_arch", [("gpt_neox", "phi3"), ("phi3", "llama"), ("gpt2", "qwen2"), ("llama", "gpt2")])
+def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, receiver_arch, bpe, unigram):
+    sender = Side.from_model(tiny_model(sender_arch, len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=2, seed=2), unigram)
+    _, calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
+    pipe = TransferPipeline(get_method("recolor").fit(calib), sender, receiver)
+    context = texts()[2][:300]
+    cache, plan = sender_cache(sender, [context]), pipe.plan(context)
+    fast = map_cache(pipe.adapter, plan, cache_layers(cache), dtype=torch.float32, chunk_tokens=16)
+    assert_same_cache(fast, reference_layers(pipe, cache, plan))
+
+
+def test_peak_extra_memory_stays_within_two_receiver_layers(demo):
+    pipe, sender = demo
+    text = text_of_length(read_texts("bundled:heldout"), pipe.receiver, 2048)
+    cache, plan = sender_cache(sender, [text]), pipe.plan(text)
+    layers = cache_layers(cache)
+    result, extra = peak_extra_bytes(lambda: map_cache(pipe.adapter, plan, layers, dtype=torch.float32))
+    one_layer = 2 * result.layers[0].keys.nelement() * result.layers[0].keys.element_size()
+    assert plan.cache_tokens == 2047
+    assert 0 < extra <= 2 * one_layer, f"peak extra {extra / one_layer:.2f} receiver layers"
+
+
+def test_peak_extra_bytes_counts_temporaries_not_the_result():
+    def work():
+        scratch = torch.empty(1000, 1000)  # 4 MB, freed before returning
+        kept = torch.empty(250, 1000)  # 1 MB, returned
+        del scratch
+        return kept
+
+    kept, extra = peak_extra_bytes(work)
+    assert kept.shape == (250, 1000) and extra == 4_000_000
+
+
+def test_layer_stream_maps_each_receiver_layer_once_its_sources_arrived(demo):
+    pipe, sender = demo
+    text = texts()[3][:800]
+    cache, plan = sender_cache(sender, [text]), pipe.plan(text)
+    layers = cache_layers(cache)
+    sources = pipe.adapter.config.layer_sources
+    stream = LayerStream(pipe.adapter, plan, dtype=torch.float32)
+    with pytest.raises(HeteroFoldError, match="still wait for sender layers"):
+        stream.cache()
+    arrived, seen = set(), []
+    for i in reversed(range(len(layers))):  # any order
+        arrived.add(i)
+        done = stream.push(i, *layers[i])
+        expected = sorted(r for r, src in enumerate(sources) if set(src) <= arrived and r not in seen)
+        assert [r for r, _ in done] == expected
+        seen += expected
+    assert stream.done and sorted(seen) == list(range(len(sources)))
+    assert_same_cache(stream.cache(), [(l.keys, l.values) for l in map_cache(pipe.adapter, plan, layers, dtype=torch.float32).layers], atol=0)
+
+
+def test_layer_stream_refuses_a_layer_of_the_wrong_shape(demo):
+    pipe, sender = demo
+    text = texts()[3][:400]
+    cache, plan = sender_cache(sender, [text]), pipe.plan(text)
+    keys, values = cache_layers(cache)[0]
+    stream = LayerStream(pipe.adapter, plan, dtype=torch.float32)
+    with pytest.raises(PairMismatchError, match=r"expects \(1, "):
+        stream.push(0, keys[:, :, :-3], values[:, :, :-3])
+    with pytest.raises(PairMismatchError, match="does not exist"):
+        stream.push(99, keys, values)
+
+
+def test_a_plan_is_reusable_and_checked_against_the_cache(demo):
+    pipe, sender = demo
+    text = texts()[4][:700]
+    cache = sender_cache(sender, [text])
+    plan = pipe.plan(text)
+    assert_same_cache(pipe.transfer(cache, plan=plan).cache, [(l.keys, l.values) for l in pipe.transfer(cache, text).cache.layers], atol=0)
+    with pytest.raises(HeteroFoldError, match="not both or neither"):
+        pipe.transfer(cache, text, plan=plan)
+    with pytest.raises(PairMismatchError, match="tokenizes"):
+        pipe.transfer(cache, plan=pipe.plan(text[:300]))
+
+
+def test_cache_dtype_is_kept(demo):
+    pipe, sender = demo
+    text = texts()[5][:600]
+    cache, plan = sender_cache(sender, [text]), pipe.plan(text)
+    layers = cache_layers(cache)
+    half = map_cache(pipe.adapter, plan, [(k.bfloat16(), v.bfloat16()) for k, v in layers], dtype=torch.bfloat16)
+    full = map_cache(pipe.adapter, plan, layers, dtype=torch.float32)
+    for a, b in zip(half.layers, full.layers):
+        assert a.keys.dtype == a.values.dtype == torch.bfloat16
+        scale = b.keys.abs().max()
+        assert (a.keys.float() - b.keys).abs().max() < 0.05 * scale
+
+
+def test_build_cache_adopts_layers_without_copying():
+    layers = [(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)) for _ in range(3)]
+    cache = build_cache(layers)
+    assert all(l.keys.data_ptr() == k.data_ptr() and l.values.data_ptr() == v.data_ptr()
+               for l, (k, v) in zip(cache.layers, layers))
+    assert cache.get_seq_length() == 5
