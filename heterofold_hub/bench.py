@@ -1,9 +1,16 @@
 """Transfer vs native prefill, timed side by side in one run (``hf-fold bench``).
 
-For each context length, on the same text: the receiver's own prefill (tokenize + forward with cache), each
-method's transfer from the sender's cache (tokenize both sides + align + map + build the cache: what
-``TransferPipeline.transfer`` does), and a plain copy of a receiver cache of that size, the floor any
-transfer must pay to write the cache. Each figure is the median of ``repeats`` runs after one warm-up.
+For each context length, on the same text:
+
+- ``prefill_s``: the receiver's own prefill, a forward with cache from its token ids (what a transfer saves);
+- ``plan_s``: tokenizing for both models, aligning and the native-prefix forward, once per context
+  (:meth:`TransferPipeline.plan`; it needs only the text, so it can run while the sender prefills);
+- ``transfer_s[method]``: mapping the sender's cache with that plan into a receiver cache;
+- ``copy_s``: a plain copy of a receiver cache of that size, the memory-traffic floor;
+- ``peak_extra_bytes[method]``: the most temporary memory one transfer held (beyond the cache it returns),
+  measured in a separate untimed run; ``layer_bytes`` is one receiver layer's keys + values, for scale.
+
+Each time is the median of ``repeats`` runs after one warm-up.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import time
 import torch
 
 from .errors import HeteroFoldError
+from .memory import peak_extra_bytes
 from .methods.base import PairAdapter
 from .models import Side, encode
 from .pipeline import TransferPipeline
@@ -52,25 +60,28 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 
 @torch.no_grad()
 def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int) -> dict:
-    """One context length: seconds for prefill, copy and each method's transfer of ``text``."""
+    """One context length: seconds for prefill, plan, copy and each method's transfer of ``text``."""
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
     sender_cache = sender.model(**s_inputs, use_cache=True).cache  # what the sender already computed: not timed
-
-    def prefill():
-        ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
-        return receiver.model(input_ids=ids, use_cache=True).cache
-
-    native = prefill()
-    layers = [(layer.keys, layer.values) for layer in native.layers]
+    ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
+    prefill = lambda: receiver.model(input_ids=ids, use_cache=True).cache  # noqa: E731
+    layers = [(layer.keys, layer.values) for layer in prefill().layers]
+    pipelines = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
+    plans = {name: pipeline.plan(text) for name, pipeline in pipelines.items()}
+    first = next(iter(pipelines.values()))
     row = {
         "context_tokens": int(layers[0][0].shape[2]),
         "prefill_s": median_seconds(prefill, repeats),
+        "plan_s": median_seconds(lambda: first.plan(text), repeats),
         "copy_s": median_seconds(lambda: [(k.clone(), v.clone()) for k, v in layers], repeats),
         "transfer_s": {},
+        "peak_extra_bytes": {},
+        "layer_bytes": 2 * layers[0][0].nelement() * layers[0][0].element_size(),
     }
-    for name, adapter in adapters.items():
-        pipeline = TransferPipeline(adapter, sender, receiver)
-        row["transfer_s"][name] = median_seconds(lambda: pipeline.transfer(sender_cache, text), repeats)
+    for name, pipeline in pipelines.items():
+        transfer = lambda: pipeline.transfer(sender_cache, plan=plans[name])  # noqa: E731
+        row["transfer_s"][name] = median_seconds(transfer, repeats)
+        row["peak_extra_bytes"][name] = peak_extra_bytes(transfer, receiver.model.device)[1]
     return row
 
 

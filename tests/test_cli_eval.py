@@ -49,8 +49,9 @@ def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
     # Cut at a character boundary, a context can come out a token or two short of the request, never over.
     assert all(n - 3 <= r["context_tokens"] <= n for n, r in zip((16, 48), rows)) and len(rows) == 2
     for row in rows:
-        assert row["prefill_s"] > 0 and row["copy_s"] > 0
-        assert set(row["transfer_s"]) == {"heterofold", "kv-ridge", "dense-latent"}
+        assert row["prefill_s"] > 0 and row["copy_s"] > 0 and row["plan_s"] > 0 and row["layer_bytes"] > 0
+        assert set(row["transfer_s"]) == set(row["peak_extra_bytes"]) == {"heterofold", "kv-ridge", "dense-latent"}
+        assert all(n > 0 for n in row["peak_extra_bytes"].values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -67,15 +67,18 @@ def bench_adapters(sender, receiver) -> dict:
 
 def results_table(result: dict) -> Table:
     table = Table(title=f"{result['sender']} -> {result['receiver']}: median of {result['repeats']} "
-                        f"({result['threads']} CPU threads), milliseconds")
-    # last two columns: how much faster heterofold is than prefill, and how far it is above the copy floor
-    for column in ("context", "prefill", "copy", *METHODS, "speed-up", "/ copy"):
+                        f"({result['threads']} CPU threads), milliseconds",
+                  caption="speed-up: prefill / heterofold transfer with the context's plan reused; cold: prefill / "
+                          "(plan + transfer); / copy: heterofold transfer / cache copy; peak: extra memory of one "
+                          "heterofold transfer, in receiver layers")
+    for column in ("context", "prefill", "plan", "copy", *METHODS, "speed-up", "cold", "/ copy", "peak"):
         table.add_column(column, justify="right")
     for row in result["rows"]:
-        t = row["transfer_s"]
-        table.add_row(str(row["context_tokens"]), f"{row['prefill_s'] * 1e3:.1f}", f"{row['copy_s'] * 1e3:.2f}",
-                      *(f"{t[m] * 1e3:.1f}" for m in METHODS),
-                      f"{row['prefill_s'] / t['heterofold']:.1f}x", f"{t['heterofold'] / row['copy_s']:.1f}x")
+        t, hf = row["transfer_s"], row["transfer_s"]["heterofold"]
+        table.add_row(str(row["context_tokens"]), f"{row['prefill_s'] * 1e3:.1f}", f"{row['plan_s'] * 1e3:.1f}",
+                      f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in METHODS),
+                      f"{row['prefill_s'] / hf:.1f}x", f"{row['prefill_s'] / (row['plan_s'] + hf):.1f}x",
+                      f"{hf / row['copy_s']:.1f}x", f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
     return table
 
 
@@ -91,6 +94,8 @@ def plot(results: list[dict], path: Path) -> None:
         ax.plot(ctx, [r["prefill_s"] * 1e3 for r in result["rows"]], "o-", label="native prefill")
         for m in METHODS:
             ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
+        ax.plot(ctx, [(r["plan_s"] + r["transfer_s"]["heterofold"]) * 1e3 for r in result["rows"]], ":",
+                label="plan + heterofold (cold)")
         ax.plot(ctx, [r["copy_s"] * 1e3 for r in result["rows"]], "k--", label="cache copy (floor)")
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", xlabel="context tokens (receiver)", ylabel="ms",
