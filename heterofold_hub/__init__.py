@@ -6,11 +6,14 @@ from .methods import METHODS, AdapterConfig, PairAdapter, get_method
 from .modeling import HeteroFoldModel
 from .models import Side, load_model, load_tokenizer
 from .pipeline import TransferPipeline, TransferResult
+from .plan import TransferPlan
+from .streaming import LayerStream
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AdapterConfig", "AlignmentError", "HeteroFoldError", "HeteroFoldModel", "KVSpec", "METHODS", "PairAdapter",
-    "PairMismatchError", "Side", "TransferPipeline", "TransferResult", "UnsupportedArchitectureError",
+    "AdapterConfig", "AlignmentError", "HeteroFoldError", "HeteroFoldModel", "KVSpec", "LayerStream", "METHODS",
+    "PairAdapter", "PairMismatchError", "Side", "TransferPipeline", "TransferPlan", "TransferResult",
+    "UnsupportedArchitectureError",
     "get_method", "kv_spec", "load_model", "load_tokenizer",
 ]

@@ -15,9 +15,11 @@ import torch
 from .errors import HeteroFoldError
 from .models import Side, encode
 from .pipeline import TransferPipeline, TransferResult
+from .plan import TransferPlan
 from .registry import NoAdapterError, Registry, open_registry
 from .resolve import ResolvedAdapter, resolve_adapter
 from .saving import save_adapter
+from .streaming import LayerStream
 
 FALLBACKS = ("error", "prefill")
 
@@ -98,10 +100,28 @@ class HeteroFoldModel:
     def adapter(self):
         return None if self.resolved is None else self.resolved.adapter
 
-    def transfer(self, sender_cache, text: str | list[str], **kwargs) -> TransferResult:
-        """The receiver cache for ``text`` from the sender's cache of it (``prefilled=True`` when it fell back)."""
+    def plan(self, text: str | list[str]) -> TransferPlan:
+        """Tokenize and align ``text`` once, for any number of :meth:`transfer` calls (``plan=``) or a
+        layer-by-layer :meth:`stream`."""
+        if self.pipeline is None:
+            raise HeteroFoldError("No adapter was resolved for this pair (fallback='prefill'), so there is nothing to "
+                                  "plan; call transfer(sender_cache, text), which prefills natively.")
+        return self.pipeline.plan(text)
+
+    def stream(self, plan: TransferPlan) -> LayerStream:
+        """Map sender layers as they arrive: ``stream.push(i, keys, values)`` returns finished receiver layers."""
+        if self.pipeline is None:
+            raise HeteroFoldError("No adapter was resolved for this pair (fallback='prefill'); there is nothing to stream.")
+        return self.pipeline.stream(plan)
+
+    def transfer(self, sender_cache, text: str | list[str] | None = None, *, plan: TransferPlan | None = None,
+                 **kwargs) -> TransferResult:
+        """The receiver cache for ``text`` (or a :meth:`plan` of it) from the sender's cache of it
+        (``prefilled=True`` when it fell back to the receiver's own prefill)."""
         if self.pipeline is not None:
-            return self.pipeline.transfer(sender_cache, text, **kwargs)
+            return self.pipeline.transfer(sender_cache, text, plan=plan, **kwargs)
+        if text is None:
+            raise HeteroFoldError("This model falls back to native prefill (no adapter), which needs the text itself.")
         return self._prefill(text)
 
     @torch.no_grad()

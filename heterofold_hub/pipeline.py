@@ -12,7 +12,7 @@ from .kvcache import cache_layers, check_cache
 from .methods.base import PairAdapter
 from .models import Side
 from .plan import TransferPlan, build_plan
-from .streaming import map_cache
+from .streaming import LayerStream, map_cache
 
 
 @dataclass
@@ -48,6 +48,10 @@ class TransferPipeline:
         ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns."""
         return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
                           sender_position_ids=sender_position_ids)
+
+    def stream(self, plan: TransferPlan) -> LayerStream:
+        """A :class:`LayerStream` that maps sender layers into this receiver's cache as they arrive."""
+        return LayerStream(self.adapter, plan, dtype=self.receiver.model.dtype)
 
     def transfer(self, sender_cache, texts: str | list[str] | None = None, *, plan: TransferPlan | None = None,
                  sender_position_ids: torch.Tensor | None = None) -> TransferResult:

@@ -160,3 +160,20 @@ def test_build_cache_adopts_layers_without_copying():
     assert all(l.keys.data_ptr() == k.data_ptr() and l.values.data_ptr() == v.data_ptr()
                for l, (k, v) in zip(cache.layers, layers))
     assert cache.get_seq_length() == 5
+
+
+def test_heterofold_model_plans_once_and_streams_layers():
+    """App code: plan while the sender prefills, then map layer by layer; same cache as one transfer."""
+    from heterofold_hub import HeteroFoldModel
+
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, local_files_only=True)
+    sender = Side.load(DEMO_PAIR[0])
+    text = texts()[2][:900]
+    plan = model.plan(text)
+    layers = cache_layers(sender_cache(sender, [text]))
+    stream = model.stream(plan)
+    finished = [r for i, (k, v) in enumerate(layers) for r, _ in stream.push(i, k, v)]
+    assert sorted(finished) == list(range(model.receiver.spec.num_layers))
+    whole = model.transfer(sender_cache(sender, [text]), plan=plan)
+    assert_same_cache(stream.cache(), [(l.keys, l.values) for l in whole.cache.layers], atol=0)
+    assert model.generate(whole, max_new_tokens=4, do_sample=False).shape == (1, 4)
