@@ -41,6 +41,9 @@ def check_cache(layers: list[LayerKV], spec: KVSpec, *, who: str, model_id: str)
     if not layers:
         raise PairMismatchError(f"The {who} cache is empty; expected {spec.num_layers} layers from {model_id}.")
     k = layers[0][0]
+    if not k.is_floating_point():
+        raise PairMismatchError(f"The {who} cache holds {k.dtype} tensors; a KV cache from {model_id!r} holds floats "
+                                "(float32, bfloat16 or float16). Pass the model's own `out.cache`.")
     got = (len(layers), k.shape[1], k.shape[-1])
     want = (spec.num_layers, spec.kv_heads, spec.head_dim)
     if got != want:

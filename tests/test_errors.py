@@ -53,6 +53,16 @@ def test_cache_from_another_model_is_refused(pipe, unigram):
         pipe.transfer(other, text)
 
 
+def test_cache_of_integers_or_with_a_bad_layer_is_refused(pipe):
+    text = texts()[0][:200]
+    layers = [(l.keys, l.values) for l in prefill(pipe.sender, text).layers]
+    with pytest.raises(PairMismatchError, match="holds torch.int64 tensors"):
+        pipe.transfer([(k.long(), v.long()) for k, v in layers], text)
+    broken = layers[:-1] + [(layers[-1][0][:, :, :-2], layers[-1][1][:, :, :-2])]  # one layer shorter than the rest
+    with pytest.raises(PairMismatchError, match=f"Sender layer {len(layers) - 1} keys have shape"):
+        pipe.transfer(broken, text)
+
+
 def test_cache_of_other_text_is_refused(pipe):
     cache = prefill(pipe.sender, texts()[0][:200])
     with pytest.raises(PairMismatchError, match="tokenizes the 1 text"):
