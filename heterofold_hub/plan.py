@@ -81,16 +81,20 @@ class Turn:
         pad = head_dim - rotary_dim
         return cls(torch.nn.functional.pad(cos, (0, pad), value=1.0), torch.nn.functional.pad(sin, (0, pad)), rotary_dim)
 
-    def apply(self, x: torch.Tensor, out: torch.Tensor, tokens: slice, *, heads_first: bool) -> None:
-        """``out = turn(x)`` for positions ``tokens``; ``x``, ``out`` ``[B, H, Tc, D]`` (``heads_first``) or
-        ``[B, Tc, H, D]``. ``out`` may be ``x``."""
-        cos, sin = (t[:, None, tokens] if heads_first else t[:, tokens, None] for t in (self.cos, self.sin))
+    def at(self, tokens: slice, *, heads_first: bool) -> "Turn":
+        """The tables of positions ``tokens``, shaped to broadcast over ``[B, H, Tc, D]`` (``heads_first``) or
+        ``[B, Tc, H, D]``: slice once per chunk, apply to every layer."""
+        pick = (lambda t: t[:, None, tokens]) if heads_first else (lambda t: t[:, tokens, None])
+        return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)
+
+    def apply(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """``out = turn(x)`` with tables already :meth:`at` ``x``'s positions; ``out`` may be ``x``."""
         rd = self.rotary_dim
         if rd == x.shape[-1]:
             swapped = torch.roll(x, rd // 2, -1)
         else:  # zeros past rd keep 0 * sin finite
             swapped = torch.cat((torch.roll(x[..., :rd], rd // 2, -1), torch.zeros_like(x[..., rd:])), -1)
-        torch.mul(x, cos, out=out).addcmul_(swapped, sin)
+        torch.mul(x, self.cos, out=out).addcmul_(swapped, self.sin)
 
 
 @torch.no_grad()

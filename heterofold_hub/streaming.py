@@ -10,16 +10,29 @@ which keeps gradients for training) gives the same cache to float rounding; a te
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .errors import HeteroFoldError, PairMismatchError
 from .kvcache import LayerKV, build_cache
 from .methods.base import PairAdapter
-from .plan import TransferPlan
+from .plan import TransferPlan, Turn
 from .transfer import _overwrite
 
 MIN_CHUNK_TOKENS = 128  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes
+
+
+@dataclass
+class Chunk:
+    """A run of receiver positions: ``rows`` ``[B * Hs * Tc]`` index a sender layer flattened to
+    ``[B * Hs * Ts, Ds]`` in (batch, head, position) order; the turns are the plan's, sliced to the chunk."""
+
+    tokens: slice
+    rows: torch.Tensor
+    unrotate: Turn | None
+    rotate: Turn | None
 
 
 class LayerStream:
@@ -52,6 +65,7 @@ class LayerStream:
         self.mapped: dict[int, LayerKV] = {}
         self.chunk_tokens = chunk_tokens or self._default_chunk()
         self.chunks = self._chunks()
+        self.buffer: torch.Tensor | None = None
         padding = ~plan.attention_mask[:, :-1].bool().to(self.device)
         self.padding = padding[:, None, :, None] if bool(padding.any()) else None
 
@@ -103,15 +117,21 @@ class LayerStream:
                     "([batch, kv_heads, sender tokens, head_dim]). Pass the cache the sender made of the planned texts."
                 )
 
-    def _chunks(self) -> list[tuple[int, int, torch.Tensor]]:
-        """``(start, stop, rows)`` per chunk of receiver positions; ``rows`` ``[B * Hs * Tc]`` index a sender layer
-        flattened to ``[B * Hs * Ts, Ds]``, in (batch, head, position) order."""
+    def _chunks(self) -> list[Chunk]:
+        """The chunks of receiver positions, with everything about them that no layer changes."""
         plan, heads = self.plan, self.sender_spec["kv_heads"]
         index = plan.alignment.sender_index.to(self.device)  # [B, Tr]
         base = (torch.arange(plan.batch_size * heads, device=self.device) * plan.sender_tokens).view(-1, heads, 1)
-        return [(start, min(start + self.chunk_tokens, plan.cache_tokens),
-                 (base + index[:, None, start:start + self.chunk_tokens]).flatten())
-                for start in range(0, plan.cache_tokens, self.chunk_tokens)]
+        chunks = []
+        for start in range(0, plan.cache_tokens, self.chunk_tokens):
+            tokens = slice(start, min(start + self.chunk_tokens, plan.cache_tokens))
+            chunks.append(Chunk(
+                tokens=tokens,
+                rows=(base + index[:, None, tokens]).flatten(),
+                unrotate=plan.unrotate.at(tokens, heads_first=True) if plan.unrotate is not None else None,
+                rotate=plan.rotate.at(tokens, heads_first=False) if plan.rotate is not None else None,
+            ))
+        return chunks
 
     @torch.no_grad()
     def _map_layer(self, r: int, sources: list[LayerKV]) -> LayerKV:
@@ -122,10 +142,8 @@ class LayerStream:
         values = torch.empty_like(keys)
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
-        inputs = torch.empty(2, plan.batch_size, self.chunk_tokens, len(sources) * self.sender_width,
-                             dtype=self.compute_dtype, device=self.device)  # reused by every chunk
-        for start, stop, rows in self.chunks:
-            self._map_chunk(r, flat, inputs[:, :, : stop - start], slice(start, stop), rows, keys, values)
+        for chunk in self.chunks:
+            self._map_chunk(r, flat, chunk, keys, values)
         native_k, native_v = plan.native[r]
         native_at = plan.alignment.native_mask.to(self.device)
         _overwrite(keys, native_at, native_k)
@@ -135,31 +153,41 @@ class LayerStream:
             values.masked_fill_(self.padding, 0)
         return keys, values
 
-    def _map_chunk(self, r, flat, inputs, tokens: slice, rows, keys, values) -> None:
-        """Positions ``tokens`` of receiver layer ``r``: gather and un-rotate into ``inputs`` ``[2, B, Tc, in]``
-        (keys, values), map, rotate into ``keys``/``values``. Temporaries die with the call."""
-        plan, batch = self.plan, self.plan.batch_size
-        s_heads, s_dim = self.sender_spec["kv_heads"], self.sender_spec["head_dim"]
-        for j, (k_s, v_s) in enumerate(flat):
-            slot = inputs[..., j * self.sender_width:(j + 1) * self.sender_width].unflatten(-1, (s_heads, s_dim))
+    def _inputs(self, size: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The map's inputs for ``size`` positions, ``[2, B, size, in]`` (keys, values), and each source's slot in
+        them, ``[2, B, size, Hs, Ds]``: views of one buffer that every chunk and layer reuses."""
+        if self.buffer is None:
+            sources = len(self.adapter.config.layer_sources[0])
+            self.buffer = torch.empty(2, self.plan.batch_size, self.chunk_tokens, sources * self.sender_width,
+                                      dtype=self.compute_dtype, device=self.device)
+        inputs, width = self.buffer[:, :, :size], self.sender_width
+        shape = (self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
+        return inputs, [inputs[..., j * width:(j + 1) * width].unflatten(-1, shape) for j in range(inputs.shape[-1] // width)]
+
+    def _map_chunk(self, r: int, flat: list[LayerKV], chunk: Chunk, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Positions ``chunk.tokens`` of receiver layer ``r``: gather and un-rotate into the input buffer, map,
+        rotate into ``keys``/``values``. Temporaries die with the call."""
+        batch, s_heads, s_dim = self.plan.batch_size, self.sender_spec["kv_heads"], self.sender_spec["head_dim"]
+        inputs, slots = self._inputs(chunk.tokens.stop - chunk.tokens.start)
+        for (k_s, v_s), slot in zip(flat, slots):
             for kind, source in enumerate((k_s, v_s)):
                 # contiguous rows: the fast gather; [B, Hs, Tc, Ds]
-                rows_of = source.index_select(0, rows).view(batch, s_heads, -1, s_dim).to(self.compute_dtype)
-                if kind == 0 and plan.unrotate is not None:
-                    plan.unrotate.apply(rows_of, rows_of, tokens, heads_first=True)
-                slot[kind].copy_(rows_of.transpose(1, 2))
+                rows = source.index_select(0, chunk.rows).view(batch, s_heads, -1, s_dim).to(self.compute_dtype)
+                if kind == 0 and chunk.unrotate is not None:
+                    chunk.unrotate.apply(rows, rows)
+                slot[kind].copy_(rows.transpose(1, 2))
         heads, dim = self.receiver_spec["kv_heads"], self.receiver_spec["head_dim"]
         y_k, y_v = self.adapter.map_layer(r, inputs[0], inputs[1])
         y_k, y_v = y_k.view(batch, -1, heads, dim), y_v.view(batch, -1, heads, dim)
-        values[:, :, tokens].transpose(1, 2).copy_(y_v)
-        k_dst = keys[:, :, tokens].transpose(1, 2)  # [B, Tc, Hr, Dr] view into the cache
-        if plan.rotate is None:
+        values[:, :, chunk.tokens].transpose(1, 2).copy_(y_v)
+        k_dst = keys[:, :, chunk.tokens].transpose(1, 2)  # [B, Tc, Hr, Dr] view into the cache
+        if chunk.rotate is None:
             k_dst.copy_(y_k)
         elif keys.dtype == y_k.dtype:
-            plan.rotate.apply(y_k, k_dst, tokens, heads_first=False)
+            chunk.rotate.apply(y_k, k_dst)
         else:  # turn in the compute dtype, round once
             turned = torch.empty_like(y_k)
-            plan.rotate.apply(y_k, turned, tokens, heads_first=False)
+            chunk.rotate.apply(y_k, turned)
             k_dst.copy_(turned)
 
 
