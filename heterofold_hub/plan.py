@@ -118,10 +118,11 @@ def build_plan(
         raise HeteroFoldError("No context texts given; pass the text (or list of texts) the sender prefilled.")
     sender_enc = [encode(sender.tokenizer, t) for t in texts]
     receiver_enc = [encode(receiver.tokenizer, t) for t in texts]
-    longest, limit = max(len(ids) for ids, _ in receiver_enc), receiver.spec.max_positions
-    if longest > limit:
-        raise HeteroFoldError(f"A context is {longest} receiver tokens long but {receiver.name!r} allows {limit} "
-                              "positions. Shorten the context.")
+    for side, encoded in ((receiver, receiver_enc), (sender, sender_enc)):
+        longest, limit = max(len(ids) for ids, _ in encoded), side.spec.max_positions
+        if longest > limit:
+            raise HeteroFoldError(f"A context is {longest} tokens long for {side.name!r}, which allows {limit} "
+                                  "positions. Shorten the context.")
     alignment = align_batch(
         [off for _, off in sender_enc],
         [off[:-1] for _, off in receiver_enc],

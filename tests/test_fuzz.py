@@ -110,3 +110,17 @@ def test_contexts_at_and_past_the_receivers_maximum_positions(short_pair, extra)
     assert len(short_pair.sender.tokenizer(text)["input_ids"]) <= short_pair.sender.spec.max_positions
     result = transfer_or_refuse(short_pair, [text])
     assert result is not None and result.cache.layers[0].keys.shape[2] == n - 1
+
+
+def test_a_context_past_the_senders_maximum_is_refused_naming_the_sender(short_pair):
+    """The sender's tokenizer may need more tokens than the receiver's for the same text: planning the pair the
+    other way round (BPE side sending), a text that fits the receiver but not the sender is refused."""
+    from heterofold_hub.plan import build_plan
+
+    sender, receiver = short_pair.receiver, short_pair.sender  # BPE splits this text into more tokens
+    text = "alpha beta " * 400
+    text = text[: receiver.tokenizer(text, return_offsets_mapping=True)["offset_mapping"][499][1]]
+    assert len(receiver.tokenizer(text)["input_ids"]) <= receiver.spec.max_positions
+    assert len(sender.tokenizer(text)["input_ids"]) > sender.spec.max_positions
+    with pytest.raises(HeteroFoldError, match=f"for {sender.name!r}, which allows 512 positions"):
+        build_plan(sender, receiver, text)
