@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from .errors import HeteroFoldError
-from .models import Side, encode
-from .pipeline import TransferPipeline, TransferResult
+from .models import Side
+from .pipeline import TransferPipeline, TransferResult, native_prefill
 from .plan import TransferPlan
 from .registry import NoAdapterError, Registry, open_registry
 from .resolve import ResolvedAdapter, resolve_adapter
@@ -122,24 +122,7 @@ class HeteroFoldModel:
             return self.pipeline.transfer(sender_cache, text, plan=plan, **kwargs)
         if text is None:
             raise HeteroFoldError("This model falls back to native prefill (no adapter), which needs the text itself.")
-        return self._prefill(text)
-
-    @torch.no_grad()
-    def _prefill(self, text: str | list[str]) -> TransferResult:
-        """Fallback: the receiver's own prefill, in the same left-padded form a transfer gives."""
-        texts = [text] if isinstance(text, str) else list(text)
-        encoded = [encode(self.receiver.tokenizer, t)[0] for t in texts]
-        width = max(len(ids) for ids in encoded)
-        pad = self.receiver.tokenizer.pad_token_id or 0
-        ids = torch.full((len(texts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(texts), width), dtype=torch.long)
-        for row, seq in enumerate(encoded):
-            ids[row, width - len(seq):], mask[row, width - len(seq):] = seq, 1
-        model = self.receiver.model
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
-        out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
-                    position_ids=positions[:, :-1].to(model.device), use_cache=True)
-        return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True)
+        return native_prefill(self.receiver, text)
 
     def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from ``result``; returns only the new tokens."""

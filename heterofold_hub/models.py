@@ -77,6 +77,14 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_file
     return tok
 
 
+def cache_only(model) -> dict:
+    """Forward kwargs that skip the LM head on all but the last position: a prefill wants the cache, and the
+    head over every position costs as much as a layer or two at small sizes."""
+    import inspect
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids ``[T]`` and character offsets ``[T, 2]`` of ``text``."""
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True, verbose=False)

@@ -10,7 +10,7 @@ from transformers import DynamicCache
 from .errors import HeteroFoldError, PairMismatchError
 from .kvcache import cache_layers, check_cache
 from .methods.base import PairAdapter
-from .models import Side
+from .models import Side, cache_only, encode
 from .plan import TransferPlan, build_plan
 from .streaming import LayerStream, map_cache
 
@@ -25,6 +25,24 @@ class TransferResult:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     prefilled: bool = False
+
+
+@torch.no_grad()
+def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
+    """The receiver's own cache of ``texts`` (all but each last token), left-padded exactly as a transfer gives
+    it, so code can treat both alike (``prefilled=True``)."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    encoded = [encode(receiver.tokenizer, t)[0] for t in texts]
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(texts), width), receiver.tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros((len(texts), width), dtype=torch.long)
+    for row, seq in enumerate(encoded):
+        ids[row, width - len(seq):], mask[row, width - len(seq):] = seq, 1
+    model = receiver.model
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+    out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
+                position_ids=positions[:, :-1].to(model.device), use_cache=True, **cache_only(model))
+    return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True)
 
 
 class TransferPipeline:
