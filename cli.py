@@ -35,21 +35,27 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks
 def eval_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
+    task: str = typer.Option("fidelity", help="fidelity: continuation NLL/KL/top-1 against native prefill | "
+                             "retrieval: exact-match answers to a question about facts early in a long context."),
     methods: str = typer.Option("recolor,kv-ridge,dense-latent", help="Comma-separated transfer methods to fit and score."),
-    data: str = typer.Option("bundled:heldout", help="Held-out text: bundled:<split>, a file, a folder or a JSONL file."),
+    data: str = typer.Option("bundled:heldout", help="Held-out text (retrieval: the filler): bundled:<split>, a file, a folder or a JSONL file."),
     calib_data: str = typer.Option("bundled:calib", help="Calibration text the methods are fitted on."),
     context_tokens: int = CONTEXT_TOKENS,
     continuation_tokens: int = CONTINUATION_TOKENS,
-    windows: int = typer.Option(96, help="Held-out windows to score."),
+    windows: Optional[int] = typer.Option(None, help="Held-out windows to score (fidelity; default 96)."),
     calib_windows: int = typer.Option(64, help="Calibration windows to fit on."),
+    lengths: Optional[str] = typer.Option(None, help="Retrieval: comma-separated prompt lengths in receiver tokens "
+                                          "(default 512,768,1024; the demo models were trained on 1024-token sequences)."),
+    docs: Optional[int] = typer.Option(None, help="Retrieval: documents (questions) per length (default 48)."),
     batch_size: int = BATCH_SIZE,
     seed: int = SEED,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Retrieval: write a PNG plot (accuracy vs context length) here."),
     adapter: list[Path] = typer.Option([], "--adapter", help="A trained adapter package (`hf-fold train --out`) "
                                        "to score beside the methods; repeatable. Default: the adapter registry.json lists for the pair."),
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
 ):
-    """Score transfer fidelity of each method against native prefill on held-out text.
+    """Score transfer methods against native prefill on held-out text: fidelity (default) or retrieval accuracy.
 
     Examples:
 
@@ -60,13 +66,34 @@ def eval_command(
       hf-fold eval --methods kv-ridge --context-tokens 256 --windows 32
 
       hf-fold eval --methods recolor --adapter runs/heterofold --adapter runs/kv-ridge --adapter runs/dense-latent
-    """
-    from heterofold_hub.commands.evaluate import EvalArgs, run_eval
 
-    args = EvalArgs(sender, receiver, [m.strip() for m in methods.split(",") if m.strip()], data, calib_data,
-                    context_tokens, continuation_tokens, windows, calib_windows, batch_size, seed, json_path,
-                    adapter, registered)
-    run_eval(args, console)
+      hf-fold eval --task retrieval --json retrieval.json --plot retrieval.png
+
+      hf-fold eval --task retrieval --lengths 512,1024,2048 --docs 100 --methods recolor,kv-ridge
+    """
+    tasks = ("fidelity", "retrieval")
+    if task not in tasks:
+        raise HeteroFoldError(f"--task: unknown {task!r}; choose from {', '.join(tasks)}")
+    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    if task == "fidelity":
+        given = [flag for flag, value in (("--lengths", lengths), ("--docs", docs), ("--plot", plot_path)) if value is not None]
+        if given:
+            raise HeteroFoldError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
+        from heterofold_hub.commands.evaluate import EvalArgs, run_eval
+
+        args = EvalArgs(sender, receiver, method_list, data, calib_data, context_tokens, continuation_tokens,
+                        96 if windows is None else windows, calib_windows, batch_size, seed, json_path, adapter, registered)
+        run_eval(args, console)
+        return
+    if windows is not None:
+        raise HeteroFoldError("--windows only applies to --task fidelity; retrieval takes --lengths and --docs")
+    from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs, parse_lengths, run_retrieval
+
+    args = RetrievalArgs(sender, receiver, method_list, data, calib_data,
+                         parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths), 48 if docs is None else docs,
+                         context_tokens, continuation_tokens, calib_windows, batch_size, seed, json_path, plot_path,
+                         adapter, registered)
+    run_retrieval(args, console)
 
 
 @app.command("train")
@@ -119,6 +146,8 @@ def bench_command(
     data: str = typer.Option("bundled:heldout", help="Text the contexts are cut from."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the timings as JSON here."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (time vs context, log scale) here."),
+    device: str = typer.Option("auto", help="auto (cuda when there is one), cpu, cuda or cuda:N."),
+    dtype: str = typer.Option("float32", help="Model and cache dtype: float32, bfloat16 or float16."),
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
 
@@ -129,10 +158,13 @@ def bench_command(
       hf-fold bench --contexts 512,2048 --repeats 3 --json bench.json --plot bench.png
 
       hf-fold bench --sender ./my-llama --receiver ./my-qwen --contexts 1024,8192
+
+      hf-fold bench --device cuda --dtype bfloat16 --contexts 512,2048,4096
     """
     from heterofold_hub.commands.bench import BenchArgs, parse_contexts, run_bench_command
 
-    run_bench_command(BenchArgs(sender, receiver, parse_contexts(contexts), repeats, data, json_path, plot_path), console)
+    run_bench_command(BenchArgs(sender, receiver, parse_contexts(contexts), repeats, data, json_path, plot_path,
+                                device, dtype), console)
 
 
 # Options shared by the hub commands.

@@ -28,12 +28,16 @@ from .pipeline import TransferPipeline
 
 
 def median_seconds(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
+    """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call (CUDA work is
+    waited for, so asynchronous launches are not mistaken for finished work)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     fn()
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -93,5 +97,7 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
         rows.append(bench_row(sender, receiver, adapters, text_of_length(texts, receiver, tokens), repeats))
         if progress is not None:
             progress()
+    device = receiver.model.device
     return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
-            "repeats": repeats, "rows": rows}
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats, "rows": rows}

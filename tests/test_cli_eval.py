@@ -56,7 +56,8 @@ def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
 
 
 def test_bench_argument_problems_are_gathered():
-    run = hf_fold("bench", "--sender", "x", "--contexts", "4", "--repeats", "0")
+    run = hf_fold("bench", "--sender", "x", "--contexts", "4", "--repeats", "0", "--dtype", "fp8", "--device", "tpu")
     assert run.returncode == 2
-    for flag in ("--sender and --receiver", "--contexts", "--repeats"):
+    for flag in ("--sender and --receiver", "--contexts", "--repeats", "--dtype: 'fp8'; choose from float32",
+                 "--device: 'tpu'"):
         assert flag in run.stdout

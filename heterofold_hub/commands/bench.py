@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -13,6 +14,7 @@ from ..errors import HeteroFoldError
 from ..zoo import DEMO_PAIR
 
 METHODS = ("heterofold", "kv-ridge", "dense-latent")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -24,9 +26,17 @@ class BenchArgs:
     data: str = "bundled:heldout"
     json_path: Path | None = None
     plot_path: Path | None = None
+    device: str = "auto"  # auto: cuda when there is one
+    dtype: str = "float32"
 
     def validate(self) -> None:
         problems = []
+        if self.dtype not in DTYPES:
+            problems.append(f"--dtype: {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            problems.append(f"--device: {self.device!r}; choose auto, cpu, cuda or cuda:N")
+        elif self.device.startswith("cuda") and not torch.cuda.is_available():
+            problems.append(f"--device: {self.device!r} but this torch sees no CUDA device; use --device cpu")
         if (self.sender is None) != (self.receiver is None):
             problems.append("--sender and --receiver: give both, or neither for the demo pair in both directions")
         if not self.contexts or any(n < 8 for n in self.contexts):
@@ -65,21 +75,25 @@ def bench_adapters(sender, receiver) -> dict:
     return adapters
 
 
-def results_table(result: dict) -> Table:
-    table = Table(title=f"{result['sender']} -> {result['receiver']}: median of {result['repeats']} "
-                        f"({result['threads']} CPU threads), milliseconds",
-                  caption="speed-up: prefill / heterofold transfer with the context's plan reused; cold: prefill / "
-                          "(plan + transfer); / copy: heterofold transfer / cache copy; peak: extra memory of one "
-                          "heterofold transfer, in receiver layers")
-    for column in ("context", "prefill", "plan", "copy", *METHODS, "speed-up", "cold", "/ copy", "peak"):
-        table.add_column(column, justify="right")
+def results_tables(result: dict) -> tuple[Table, Table]:
+    """Two tables that fit a terminal: the times, and what they mean for heterofold."""
+    times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
+                        f"({result['threads']} CPU threads)")
+    for column in ("context", "prefill", "plan", "copy", *METHODS):
+        times.add_column(column, justify="right")
+    ratios = Table(title="heterofold transfer", caption="speed-up: prefill / transfer with the context's plan reused; "
+                   "cold: prefill / (plan + transfer); vs copy: transfer / cache copy; peak: temporary memory of one "
+                   "transfer, in receiver layers (keys + values)")
+    for column in ("context", "speed-up", "cold", "vs copy", "peak"):
+        ratios.add_column(column, justify="right")
     for row in result["rows"]:
         t, hf = row["transfer_s"], row["transfer_s"]["heterofold"]
-        table.add_row(str(row["context_tokens"]), f"{row['prefill_s'] * 1e3:.1f}", f"{row['plan_s'] * 1e3:.1f}",
-                      f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in METHODS),
-                      f"{row['prefill_s'] / hf:.1f}x", f"{row['prefill_s'] / (row['plan_s'] + hf):.1f}x",
-                      f"{hf / row['copy_s']:.1f}x", f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
-    return table
+        times.add_row(str(row["context_tokens"]), *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s")),
+                      f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in METHODS))
+        ratios.add_row(str(row["context_tokens"]), f"{row['prefill_s'] / hf:.1f}x",
+                       f"{row['prefill_s'] / (row['plan_s'] + hf):.1f}x", f"{hf / row['copy_s']:.1f}x",
+                       f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
+    return times, ratios
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -121,12 +135,16 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     for sender_id, receiver_id in args.directions():
         with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
-            adapters = bench_adapters(sender, receiver)
+            adapters = bench_adapters(sender, receiver)  # fitted in fp32 on the CPU, then moved
+            device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+            for side in (sender, receiver):
+                side.model.to(device=device, dtype=DTYPES[args.dtype])
+            adapters = {name: adapter.to(device) for name, adapter in adapters.items()}
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("timing", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
                                progress=lambda: bar.advance(task))
-        console.print(results_table(result))
+        console.print(*results_tables(result))
         results.append(result)
     if args.json_path:
         write_json_atomic(args.json_path, results[0] if len(results) == 1 else {"directions": results})

@@ -31,26 +31,32 @@ class EvalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        problems = []
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            problems.append(f"--methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
-        if not self.methods:
-            problems.append("--methods: give at least one method")
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
-        from ..saving import CONFIG_NAME
-
-        for folder in self.adapters:
-            if not (Path(folder) / CONFIG_NAME).is_file():
-                problems.append(f"--adapter: {folder} is not an adapter package (no {CONFIG_NAME}); "
-                                "pass an --out folder of `hf-fold train`")
-        if self.sender == self.receiver:
-            problems.append(f"--sender and --receiver are both {self.sender!r}; transfer needs two different models")
         if problems:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+
+def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path]) -> list[str]:
+    """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair."""
+    from ..saving import CONFIG_NAME
+
+    problems = []
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        problems.append(f"--methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
+    if not methods:
+        problems.append("--methods: give at least one method")
+    for folder in adapters:
+        if not (Path(folder) / CONFIG_NAME).is_file():
+            problems.append(f"--adapter: {folder} is not an adapter package (no {CONFIG_NAME}); "
+                            "pass an --out folder of `hf-fold train`")
+    if sender == receiver:
+        problems.append(f"--sender and --receiver are both {sender!r}; transfer needs two different models")
+    return problems
 
 
 def results_table(result: dict) -> Table:
@@ -94,29 +100,46 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     return out
 
 
-def run_eval(args: EvalArgs, console: Console) -> dict:
-    args.validate()
+def disjoint_texts(args) -> tuple[list[str], list[str]]:
+    """The held-out and calibration texts of ``args`` (``data``, ``calib_data``), refused if they overlap."""
     from ..data import read_texts
-    from ..evaluate import evaluate
-    from ..fitting import fit_methods
-    from ..models import Side
-    from ..windows import make_windows
 
     eval_texts, calib_texts = read_texts(args.data), read_texts(args.calib_data)
     if set(eval_texts) & set(calib_texts):
         raise HeteroFoldError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share documents; "
                               "held-out text must never be fitted on. Use disjoint data.")
-    with console.status("loading models"):
-        sender, receiver = Side.load(args.sender), Side.load(args.receiver)
-    cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-    calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows, **cut)
-    held_out = make_windows(eval_texts, receiver, max_windows=args.windows, **cut)
+    return eval_texts, calib_texts
+
+
+def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dict, dict, int]:
+    """``(adapters, sources, calibration windows)``: ``args.methods`` fitted on calibration windows, plus the
+    ``--adapter`` packages (or the registered adapter), each row's source in ``sources``."""
+    from ..fitting import fit_methods
+    from ..windows import make_windows
+
+    calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows,
+                         context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
     packages = load_packages(args, sender, receiver, taken=set(args.methods))
     adapters = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size, seed=args.seed)
     adapters.update({name: adapter for name, (_, adapter) in packages.items()})
+    return adapters, {name: source for name, (source, _) in packages.items()}, len(calib)
+
+
+def run_eval(args: EvalArgs, console: Console) -> dict:
+    args.validate()
+    from ..evaluate import evaluate
+    from ..models import Side
+    from ..windows import make_windows
+
+    eval_texts, calib_texts = disjoint_texts(args)
+    with console.status("loading models"):
+        sender, receiver = Side.load(args.sender), Side.load(args.receiver)
+    adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
+    held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
+                            continuation_tokens=args.continuation_tokens)
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
-    result["calibration_windows"] = len(calib)
-    result["adapters"] = {name: source for name, (source, _) in packages.items()}  # where each adapter row came from
+    result["calibration_windows"] = n_calib
+    result["adapters"] = sources  # where each adapter row came from
     console.print(results_table(result))
     if args.json_path:
         from ..io import write_json_atomic
