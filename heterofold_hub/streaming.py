@@ -172,10 +172,11 @@ class LayerStream:
         for (k_s, v_s), slot in zip(flat, slots):
             for kind, source in enumerate((k_s, v_s)):
                 # contiguous rows: the fast gather; [B, Hs, Tc, Ds]
-                rows = source.index_select(0, chunk.rows).view(batch, s_heads, -1, s_dim).to(self.compute_dtype)
-                if kind == 0 and chunk.unrotate is not None:
-                    chunk.unrotate.apply(rows, rows)
-                slot[kind].copy_(rows.transpose(1, 2))
+                rows = source.index_select(0, chunk.rows).view(batch, s_heads, -1, s_dim)
+                if kind == 0 and chunk.unrotate is not None:  # un-rotate straight into the slot
+                    chunk.unrotate.apply(rows.to(self.compute_dtype), slot[kind].transpose(1, 2))
+                else:
+                    slot[kind].copy_(rows.transpose(1, 2))
         heads, dim = self.receiver_spec["kv_heads"], self.receiver_spec["head_dim"]
         y_k, y_v = self.adapter.map_layer(r, inputs[0], inputs[1])
         y_k, y_v = y_k.view(batch, -1, heads, dim), y_v.view(batch, -1, heads, dim)
