@@ -15,3 +15,11 @@ class PairMismatchError(HeteroFoldError):
 
 class AlignmentError(HeteroFoldError):
     """A context the two tokenizers cannot be aligned on (empty text, only special tokens, ...)."""
+
+
+class IntegrityError(HeteroFoldError):
+    """A file that is not what was recorded for it: truncated, altered, unreadable or of the wrong shape."""
+
+
+class TrainingError(HeteroFoldError):
+    """A training run that cannot go on (the loss diverged, memory ran out); the message names the flags to change."""

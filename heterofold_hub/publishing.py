@@ -1,20 +1,35 @@
-"""Publishing an adapter package: model card, one immutable hub version, and its ``registry.json`` entry."""
+"""Publishing an adapter package: model card, one immutable hub version, and its ``registry.json`` entry.
+
+A push is all or nothing and safe to retry. It holds the registry's lock from start to end, so pushes into one
+registry run one at a time, and checks everything it can before publishing. A push stopped between publishing
+and registering (killed, power cut) leaves the version in the hub but not in the registry; retried with
+byte-identical files, it registers that version without uploading again ("rolls forward"); with different
+files it is refused, since a published version never changes.
+
+Fault injection for tests: ``HF_FOLD_FAULT=after-publish`` makes the process die (``os._exit(137)``, as if
+killed) right after the hub publish and before the registry is touched.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import shutil
 import tempfile
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from .cards import card_summary, render_card
 from .errors import HeteroFoldError
 from .hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
 from .io import locked
-from .registry import PairEnd, Registry, open_registry
+from .registry import PairEnd, Registry, RegistryError, open_registry
 from .resolve import EMBEDDED_HUB_DIR, sha256_file
 from .saving import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter
+
+FAULT_ENV = "HF_FOLD_FAULT"  # see the module docstring
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots
 
 
@@ -47,11 +62,15 @@ def _stage(package: Path, staging: Path, *, repo_id: str, version: str, license:
 
 
 def _registry_metrics(metrics: dict, method: str) -> dict:
-    row = metrics["methods"].get(method)
+    row = metrics.get("methods", {}).get(method)
     if row is None:
         raise HeteroFoldError(f"{METRICS_NAME} has no row for the adapter's method {method!r}; re-run `hf-fold train`.")
-    return {"recovered": row["recovered"], "kl": row["kl"], "top1": row["top1"], "nll": row["nll"],
-            "benefit": metrics["benefit"], "context_tokens": metrics["context_tokens"]}
+    try:
+        return {"recovered": row["recovered"], "kl": row["kl"], "top1": row["top1"], "nll": row["nll"],
+                "benefit": metrics["benefit"], "context_tokens": metrics["context_tokens"]}
+    except KeyError as err:
+        raise HeteroFoldError(f"{METRICS_NAME} lacks {err} (for method {method!r}); use the metrics.json that "
+                              "`hf-fold train` wrote for this package.") from None
 
 
 def push_package(
@@ -65,33 +84,63 @@ def push_package(
     message: str | None = None,
 ) -> PublishedVersion:
     """Render the card, publish ``package`` as ``repo_id`` ``version`` (one commit, immutable tag) and add the
-    version to ``registry`` (default: the project's registry.json), saved atomically after the publish."""
+    version to ``registry`` (default: the project's registry.json), saved atomically after the publish.
+
+    Retrying a push that stopped after publishing registers the hub's version if its files are byte-identical
+    (the result has ``reused=True``); see the module docstring."""
     package, version = Path(package), normalize_version(version)
     validate_repo_id(repo_id)
     adapter = load_adapter(package)  # refuses a package whose weights do not match its config
-    registry = _fresh(open_registry(registry))
-    for entry in registry.entries():  # fail before publishing anything
-        if entry.repo_id == repo_id and version in [v.version for v in entry.versions]:
-            raise HeteroFoldError(f"{repo_id} {version} is already published and versions are immutable; "
-                                  "bump --version.")
-    metrics = json.loads((package / METRICS_NAME).read_text()) if (package / METRICS_NAME).is_file() else None
-    with tempfile.TemporaryDirectory(prefix="hf-fold-push-") as tmp:
-        staging = Path(tmp)
-        card = _stage(package, staging, repo_id=repo_id, version=version, license=license)
-        files = {p.name: sha256_file(p) for p in sorted(staging.iterdir())}
-        published = hub.publish(repo_id, staging, version=version, message=message or f"{repo_id} {version}")
-    config = adapter.config
+    registry = open_registry(registry)
     with locked(registry.path) if registry.path is not None else nullcontext():
         registry = _fresh(registry)  # another push may have registered something meanwhile
-        registry.add_version(
-            repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
-            sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
-            receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer, config.receiver_spec),
-            version=version, commit=published.commit, files=files, metrics=_registry_metrics(metrics, config.method),
-            summary=card_summary(card),
-        )
+        for entry in registry.entries():  # fail before publishing anything
+            if entry.repo_id == repo_id and version in [v.version for v in entry.versions]:
+                raise HeteroFoldError(f"{repo_id} {version} is already published and versions are immutable; "
+                                      "bump --version.")
+        with tempfile.TemporaryDirectory(prefix="hf-fold-push-") as tmp:
+            staging = Path(tmp)
+            card = _stage(package, staging, repo_id=repo_id, version=version, license=license)
+            files = {p.name: sha256_file(p) for p in sorted(staging.iterdir())}
+            metrics = json.loads((staging / METRICS_NAME).read_text())  # render_card has checked it parses
+            config = adapter.config
+            record = dict(
+                repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
+                sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
+                receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer,
+                                 config.receiver_spec),
+                version=version, files=files, metrics=_registry_metrics(metrics, config.method), summary=card_summary(card))
+            try:  # the registry must take the entry: find out before publishing anything
+                copy.deepcopy(registry).add_version(commit="0" * 40, **record)
+            except RegistryError as err:
+                raise RegistryError(f"{package} cannot be registered, so nothing was published: {err}") from None
+            published = _already_in_hub(hub, repo_id, version, files) or hub.publish(
+                repo_id, staging, version=version, message=message or f"{repo_id} {version}")
+        _fault_point("after-publish")
+        registry.add_version(commit=published.commit, **record)
         registry.save()
     return published
+
+
+def _already_in_hub(hub: AdapterHub, repo_id: str, version: str, files: dict[str, str]) -> PublishedVersion | None:
+    """``version`` as the hub has it, if an earlier push published exactly ``files`` but stopped before
+    registering it; None if the hub does not have it. Different files are refused: versions are immutable."""
+    if not hub.exists(repo_id) or version not in hub.versions(repo_id):
+        return None
+    folder = Path(hub.download(repo_id, version=version))
+    there = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    differ = sorted(name for name in files.keys() | there.keys() if files.get(name) != there.get(name))
+    if differ:
+        raise HeteroFoldError(
+            f"{repo_id} {version} is already published in {hub!r}, with other files than this package "
+            f"({', '.join(differ)} differ), though the registry does not list it. Published versions are immutable: "
+            "bump --version (or push the exact package that was published, to register it).")
+    return replace(hub.version_info(repo_id, version), reused=True)
+
+
+def _fault_point(name: str) -> None:
+    if os.environ.get(FAULT_ENV) == name:
+        os._exit(137)  # like SIGKILL: no cleanup handlers, no finally blocks
 
 
 def _fresh(registry: Registry) -> Registry:

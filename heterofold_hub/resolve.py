@@ -7,9 +7,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import HeteroFoldError
+from .errors import HeteroFoldError, IntegrityError
 from .fingerprint import tokenizer_fingerprint
-from .hub import AdapterHub, LocalHub, get_hub
+from .hub import AdapterHub, HubError, LocalHub, get_hub
 from .methods.base import PairAdapter
 from .models import Side
 from .registry import AdapterEntry, PairEnd, Registry, VersionEntry, open_registry
@@ -57,20 +57,29 @@ def verify_files(folder: Path, version: VersionEntry, repo_id: str) -> None:
     for name, expected in sorted(version.files.items()):
         path = folder / name
         if not path.is_file():
-            raise HeteroFoldError(f"{repo_id} {version.version}: {name} is missing from {folder}; the registry "
-                                  "lists it. Delete that folder to download it again, or re-publish the version.")
+            raise IntegrityError(
+                f"{repo_id} {version.version}: {name} is missing from {folder}, but the registry lists it for this "
+                f"version. Delete {folder} so it is downloaded again; if it is still missing, the hub's copy of "
+                f"{version.version} lacks it and does not match the registry: pin another version "
+                f"(`hf-fold pull {repo_id}@VERSION`) or ask the publisher to fix the registry entry.")
         actual = sha256_file(path)
         if actual != expected:
-            raise HeteroFoldError(f"{repo_id} {version.version}: {path} has hash {actual[:19]}..., the registry "
-                                  f"recorded {expected[:19]}...: the file is corrupt or was altered. Delete it to "
-                                  "download it again; never load weights that fail this check.")
+            raise IntegrityError(f"{repo_id} {version.version}: {path} has hash {actual[:19]}..., the registry "
+                                 f"recorded {expected[:19]}...: the file is corrupt or was altered. Delete it to "
+                                 "download it again; never load weights that fail this check.")
 
 
 def fetch(registry: Registry, entry: AdapterEntry, version: VersionEntry, *, hub_dir=None, token: str | None = None,
           local_files_only: bool = False) -> Path:
     """A local folder with ``version``'s files from the entry's hub, each checked against its recorded hash."""
     hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
-    folder = Path(hub.download(entry.repo_id, version=version.version, local_files_only=local_files_only))
+    try:
+        folder = Path(hub.download(entry.repo_id, version=version.version, local_files_only=local_files_only))
+    except HubError as err:
+        if err.retryable:  # a dropped connection, not a registry/hub disagreement
+            raise
+        raise HubError(f"The registry {registry.path} lists {entry.repo_id} {version.version} in hub {entry.hub!r}, "
+                       f"but that hub cannot provide it: {err}") from err
     verify_files(folder, version, entry.repo_id)
     return folder
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save
+from safetensors import SafetensorError
+from safetensors.torch import load, save
 
-from .errors import HeteroFoldError, PairMismatchError
+from .errors import HeteroFoldError, IntegrityError, PairMismatchError
 from .io import write_bytes_atomic, write_json_atomic
 from .methods import get_method
 from .methods.base import AdapterConfig, PairAdapter
@@ -16,39 +19,120 @@ from .methods.base import AdapterConfig, PairAdapter
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter.safetensors"
 METRICS_NAME = "metrics.json"  # held-out evaluation written by `hf-fold train`
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")  # refused, never loaded: unpickling runs code
+REFETCH = ("Do not use it: download the package again (`hf-fold pull REPO@VERSION --out NEW_DIR`; for a hub "
+           "snapshot, delete the folder first) or re-run `hf-fold train`.")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
-    """Write the adapter's config (its dataclass, as JSON) and weights. Weights go first, so a config on
-    disk always has its weights beside it."""
+    """Write the adapter's weights, then its config (its dataclass as JSON) recording their hash and size. Each
+    write is atomic; a save interrupted between the two leaves a config whose hash refuses the new weights."""
     folder = Path(folder)
     tensors = {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
-    write_bytes_atomic(folder / WEIGHTS_NAME, save(tensors))
+    broken = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        raise IntegrityError(f"Not saving the adapter to {folder}: tensor(s) {broken} hold NaN or inf values, so "
+                             "every transfer would be garbage (did training diverge?). Lower the learning rate and "
+                             "fit again.")
+    data = save(tensors)
+    adapter.config = replace(adapter.config, weights_sha256=sha256_bytes(data), weights_bytes=len(data))
+    write_bytes_atomic(folder / WEIGHTS_NAME, data)
     write_json_atomic(folder / CONFIG_NAME, adapter.config.to_dict())
     return folder
 
 
 def load_adapter(folder: str | Path) -> PairAdapter:
-    """The adapter saved in ``folder``, frozen and in eval mode."""
+    """The adapter saved in ``folder``, frozen and in eval mode. Refuses (IntegrityError, naming the file and the
+    fix) weights that differ from the hash/size the config records, unreadable files, tensors whose names or
+    shapes do not match the config, and pickle-format weights (never unpickled)."""
     folder = Path(folder)
     config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
+    if not weights_path.is_file() and folder.is_dir():
+        pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickled:
+            raise IntegrityError(
+                f"{folder} holds weights as {', '.join(pickled)} (pickle) and no {WEIGHTS_NAME}. HeteroFold loads "
+                "safetensors only and never unpickles a file, since unpickling can run arbitrary code. Convert it "
+                "where you trust its origin (safetensors.torch.save_file(torch.load(PATH, weights_only=True), "
+                f"'{WEIGHTS_NAME}')), or train the adapter again with `hf-fold train`.")
     if not config_path.is_file() or not weights_path.is_file():
         raise HeteroFoldError(
             f"{folder} is not an adapter package: it needs {CONFIG_NAME} and {WEIGHTS_NAME}. "
             "Pass the --out folder of `hf-fold train`."
         )
-    data = json.loads(config_path.read_text())
-    config = AdapterConfig.from_dict(data)
-    adapter = get_method(config.method)(config)
-    state = load_file(weights_path)
-    missing = sorted(set(adapter.state_dict()) ^ set(state))
-    if missing:
-        raise HeteroFoldError(f"{weights_path} does not match its config: tensors {missing} missing or unexpected.")
+    config = read_config(config_path)
     try:
-        adapter.load_state_dict(state)
-    except RuntimeError as err:
-        raise HeteroFoldError(f"{weights_path} does not match its config's dims: {str(err).splitlines()[-1].strip()}") from err
+        data = weights_path.read_bytes()  # hashed and parsed from the same bytes: nothing can change in between
+    except OSError as err:
+        raise IntegrityError(f"Cannot read {weights_path}: {err.strerror or err}. Check its permissions.") from None
+    check_recorded(weights_path, data, config)
+    try:
+        state = load(data)
+    except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as err:
+        raise IntegrityError(f"{weights_path} is not a readable safetensors file ({err}); it is truncated or "
+                             f"corrupt. {REFETCH}") from None
+    with torch.device("meta"):  # the shapes the config implies, without allocating them (an edited config
+        expected = get_method(config.method)(config).state_dict()  # could ask for terabytes)
+    check_tensors(weights_path, state, expected, config)
+    adapter = get_method(config.method)(config)
+    adapter.load_state_dict(state)
     return adapter.requires_grad_(False).eval()
+
+
+def read_config(path: Path) -> AdapterConfig:
+    """``adapter_config.json`` as an AdapterConfig; IntegrityError naming the file and what is wrong."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise IntegrityError(f"{path} is not valid JSON ({err}): the package is damaged. {REFETCH}") from None
+    required = [f.name for f in fields(AdapterConfig) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if not isinstance(data, dict) or name not in data]
+    if missing:
+        raise IntegrityError(f"{path} is not an adapter config: it lacks field(s) {missing}. {REFETCH}")
+    try:
+        return AdapterConfig.from_dict(data)
+    except HeteroFoldError as err:
+        raise IntegrityError(f"{path}: {err} {REFETCH}") from None
+    except (TypeError, KeyError, AttributeError, IndexError) as err:  # a field of the wrong JSON type
+        raise IntegrityError(f"{path} has a field of the wrong type ({type(err).__name__}: {err}). {REFETCH}") from None
+
+
+def check_recorded(path: Path, data: bytes, config: AdapterConfig) -> None:
+    """The weights' size and hash equal what the config recorded when they were saved (when it recorded them)."""
+    expected_size, expected_hash = config.weights_bytes, config.weights_sha256
+    if expected_size is not None and len(data) != expected_size:
+        raise IntegrityError(f"{path} is {len(data)} bytes, but {CONFIG_NAME} records {expected_size} bytes "
+                             f"(hash {expected_hash}): the file is truncated or was altered. {REFETCH}")
+    if expected_hash is not None and sha256_bytes(data) != expected_hash:
+        raise IntegrityError(f"{path} has hash {sha256_bytes(data)}, but {CONFIG_NAME} records {expected_hash}: "
+                             f"the file was altered, or a save was interrupted. {REFETCH}")
+
+
+def check_tensors(path: Path, state: dict, expected: dict, config: AdapterConfig) -> None:
+    """Every tensor the config implies is there with its shape, a float dtype and finite values, and no other."""
+    problems = [f"tensor {name!r} is missing (expected shape {list(expected[name].shape)})"
+                for name in sorted(expected.keys() - state.keys())]
+    problems += [f"tensor {name!r} (shape {list(state[name].shape)}) is not part of a {config.method} adapter"
+                 for name in sorted(state.keys() - expected.keys())]
+    for name in sorted(expected.keys() & state.keys()):
+        got, want = state[name], expected[name]
+        if got.shape != want.shape:
+            problems.append(f"tensor {name!r} has shape {list(got.shape)}, the config expects {list(want.shape)}")
+        elif not got.is_floating_point():
+            problems.append(f"tensor {name!r} has dtype {got.dtype}, expected a floating-point dtype")
+        elif not torch.isfinite(got).all():
+            problems.append(f"tensor {name!r} holds NaN or inf values")
+    if problems:
+        layers = len(config.layer_sources)
+        raise IntegrityError(
+            f"{path} does not match {CONFIG_NAME} ({config.method}: {layers} receiver layers, in_features "
+            f"{config.in_features} = {len(config.layer_sources[0])} sender layer(s) x {config.sender_spec['kv_heads']} "
+            f"kv_heads x {config.sender_spec['head_dim']} head_dim, out_features {config.out_features}):\n  "
+            + "\n  ".join(problems) + f"\nThe config or the weights were edited, or come from different packages. {REFETCH}")
 
 
 def check_pair(adapter: PairAdapter, sender, receiver, *, source: str | Path) -> None:

@@ -34,7 +34,7 @@ def test_recolor_and_shipped_adapter_keep_context_benefit_on_heldout(demo, direc
     heldout = make_windows(read_texts("bundled:heldout"), receiver, max_windows=24, **cut)
     adapters = fit_methods(sender, receiver, ["recolor"], calib, progress=False)
     shipped = resolve_adapter(sender, receiver)  # through registry.json and the embedded hub
-    assert shipped.repo_id == f"{sender.name}-to-{receiver.name.split('/')[1]}" and shipped.version == "v1.0.0"
+    assert shipped.repo_id == f"{sender.name}-to-{receiver.name.split('/')[1]}" and shipped.version == "v1.1.0"
     adapters["heterofold"] = shipped.adapter
     result = evaluate(sender, receiver, adapters, heldout, progress=False)
     methods = result["methods"]

@@ -19,8 +19,8 @@ from heterofold_hub.modeling import HeteroFoldModel
 from heterofold_hub.models import Side, load_model, resolve
 from heterofold_hub.publishing import push_package
 from heterofold_hub.registry import NoAdapterError, Registry, load_default_registry
-from heterofold_hub.resolve import pair_end, resolve_adapter
-from heterofold_hub.saving import check_pair
+from heterofold_hub.resolve import fetch, pair_end, resolve_adapter
+from heterofold_hub.saving import check_pair, load_adapter
 from heterofold_hub.zoo import DEMO_PAIR
 
 from helpers import ROOT, hf_fold
@@ -44,7 +44,7 @@ def shipped_package(repo_id: str, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("sender,receiver,repo_id", [(*DEMO_PAIR, L2Q), (*DEMO_PAIR[::-1], Q2L)])
 def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, receiver, repo_id):
     model = HeteroFoldModel.from_pretrained(sender, receiver, load_sender=True, local_files_only=True)
-    assert (model.resolved.repo_id, model.resolved.version) == (repo_id, "v1.0.0")
+    assert (model.resolved.repo_id, model.resolved.version) == (repo_id, "v1.1.0")  # the newest
     assert model.resolved.metrics["recovered"] > 0.8
     with torch.no_grad():
         cache = model.sender.model(**model.sender.tokenizer(TEXT, return_tensors="pt"), use_cache=True).cache
@@ -52,6 +52,20 @@ def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, rece
     assert not result.prefilled
     assert result.cache.layers[0].keys.shape[2] == len(model.receiver.tokenizer(TEXT).input_ids) - 1
     assert model.generate(result, max_new_tokens=6, do_sample=False).shape == (1, 6)
+
+
+def test_shipped_v1_1_0_records_the_weights_hash_and_v1_0_0_stays_pinnable():
+    """v1.1.0 re-published v1.0.0's weights and metrics with the weights hash in the config; v1.0.0 is unchanged
+    (no recorded hash, still loads) and still resolves when pinned."""
+    registry = load_default_registry()
+    for entry in registry.entries():
+        old, new = entry.versions
+        assert (old.version, new.version) == ("v1.0.0", "v1.1.0")
+        assert all(old.files[name] == new.files[name] for name in ("adapter.safetensors", "metrics.json"))
+        assert load_adapter(fetch(registry, entry, new)).config.weights_sha256 == new.files["adapter.safetensors"]
+        assert load_adapter(fetch(registry, entry, old)).config.weights_sha256 is None
+    pinned = HeteroFoldModel.from_pretrained(*DEMO_PAIR, revision="v1.0.0", local_files_only=True)
+    assert (pinned.resolved.repo_id, pinned.resolved.version) == (L2Q, "v1.0.0")
 
 
 def test_default_load_maps_a_cache_from_a_sender_it_never_loaded():

@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from heterofold_hub.methods import get_method
 
 from .data import WindowDataModule
+from .faults import GoodCheckpoint, training_faults
 from .module import CalibrationModule
 from .unfolded import UnfoldedAffine
 
@@ -26,10 +27,11 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
               callbacks=None, **_):
     """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map."""
     L.seed_everything(seed, workers=True, verbose=False)
-    callbacks = list(callbacks or [])
+    callbacks, guard = list(callbacks or []), None
     if default_root_dir is not None:  # epochs never end (endless sampler): checkpoint by step
-        callbacks.append(ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
-                                         every_n_train_steps=max(1, steps // 10)))
+        guard = GoodCheckpoint(default_root_dir)
+        callbacks += [ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
+                                      every_n_train_steps=max(1, steps // 10)), guard]
     init = get_method("recolor").fit(calib)
     module = CalibrationModule(UnfoldedAffine.from_affine(init, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
     trainer = L.Trainer(
@@ -38,5 +40,9 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
         logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
         deterministic=True, callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
     )
-    trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path)
+    settings = {"--accumulate": accumulate, "--batch-size": len(batches[0]) if batches else None}
+    with training_faults(lr=lr, precision=precision, guard=guard, settings=settings):
+        # weights_only: resuming reads tensors and plain containers only, never unpickles arbitrary objects
+        trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path,
+                    weights_only=True)
     return module.adapter.fold()

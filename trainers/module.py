@@ -10,6 +10,7 @@ from heterofold_hub.forward import native_logits, transferred_logits
 from heterofold_hub.models import Side
 from heterofold_hub.windows import Batch
 
+from .faults import Diverged
 from .unfolded import UnfoldedAffine
 
 
@@ -41,9 +42,18 @@ class CalibrationModule(L.LightningModule):
             teacher = native_logits(self.receiver, batch)
         loss = kl_to_teacher(transferred_logits(self.adapter, self.receiver, batch), teacher)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"calibration loss became {loss.item()} at step {self.global_step}")
+            raise Diverged(f"the calibration loss became {loss.item()} at step {self.global_step}", self.global_step)
         self.log("kl", loss, prog_bar=True, batch_size=len(batch))
         return loss
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # A huge update can leave NaN/inf weights while the loss that drove it was finite: stop before a
+        # checkpoint saves them (checkpoints are written after this step).
+        bad = [name for name, p in self.adapter.named_parameters() if p.requires_grad and not torch.isfinite(p).all()]
+        if bad:
+            raise Diverged(f"the update of step {self.global_step} left NaN/inf in the weights {bad[:3]}",
+                           self.global_step + 1)
 
     def configure_optimizers(self):
         params = [p for p in self.adapter.parameters() if p.requires_grad]

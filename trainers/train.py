@@ -8,11 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, TrainingError
 
 TRAINABLE = ("heterofold", "kv-ridge", "dense-latent")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 STRATEGIES = ("auto", "ddp", "fsdp", "ddp_spawn")
+MAX_LR = 1e37  # AdamW's first step is lr / (1 - beta1) = 10 lr, which must stay below float32's 3.4e38
 
 
 @dataclass
@@ -55,6 +56,8 @@ class TrainArgs:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
         if not self.lr > 0:
             problems.append(f"--lr: {self.lr} must be positive")
+        elif not self.lr < MAX_LR:  # beyond it the optimizer's step size overflows float32 and AdamW crashes
+            problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); the default is 3e-3")
         if self.lora_rank < 0:
             problems.append(f"--lora-rank: {self.lora_rank} must be 0 (full-rank corrections) or positive")
         if self.continuation_tokens >= self.context_tokens:
@@ -87,7 +90,11 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     from heterofold_hub.models import Side
     from heterofold_hub.saving import METRICS_NAME, save_adapter
     from heterofold_hub.windows import make_windows
+    import torch
+
     from heterofold_hub import __version__
+
+    from .faults import training_faults
 
     train_texts, heldout_texts = read_texts(args.data), read_texts(args.heldout)
     if set(train_texts) & set(heldout_texts):
@@ -100,14 +107,22 @@ def run_train(args: TrainArgs, console: Console) -> dict:
         raise HeteroFoldError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
                               f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
     devices = args.devices if args.devices == "auto" else int(args.devices)
-    adapter = fit_methods(
-        sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
-        steps=args.max_steps, lr=args.lr, lora_rank=args.lora_rank, precision=args.precision, devices=devices,
-        strategy=args.strategy, accumulate=args.accumulate, default_root_dir=str(args.out / "checkpoints"),
-        ckpt_path="last" if args.resume else None, nll_steps=args.max_steps,
-    )[args.method]
+    settings = {"--batch-size": args.batch_size, "--accumulate": args.accumulate, "--context-tokens": args.context_tokens}
+    with training_faults(lr=args.lr, precision=args.precision, settings=settings, where=f"while fitting {args.method}"):
+        adapter = fit_methods(
+            sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
+            steps=args.max_steps, lr=args.lr, lora_rank=args.lora_rank, precision=args.precision, devices=devices,
+            strategy=args.strategy, accumulate=args.accumulate, default_root_dir=str(args.out / "checkpoints"),
+            ckpt_path="last" if args.resume else None, nll_steps=args.max_steps,
+        )[args.method]
+    broken = [name for name, t in adapter.state_dict().items() if not torch.isfinite(t).all()]
+    if broken:  # methods trained outside Lightning (dense-latent) have no per-step check
+        hint = "" if args.precision == "32-true" else " or use --precision 32-true"
+        raise TrainingError(f"Training diverged: the fitted {args.method} adapter has NaN/inf in {broken[:3]}. Lower "
+                            f"--lr (it is {args.lr:g}){hint} and train again. No adapter was saved.")
     held_out = make_windows(heldout_texts, receiver, max_windows=args.eval_windows, **cut)
-    result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
+    with training_faults(lr=args.lr, precision=args.precision, settings=settings, where="while evaluating on --heldout"):
+        result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
     console.print(results_table(result))
     adapter.config = replace(
         adapter.config,

@@ -47,6 +47,11 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
     with console.status(f"publishing {repo_id} {version}"):
         published = push_package(package, repo_id=repo_id, version=version, hub=get_hub(hub, hub_dir=hub_dir, token=token),
                                  registry=registry, license=license)
+    if published.reused:
+        console.print(f"{published.repo_id} {published.version} was already in the hub with exactly these files "
+                      f"(commit {published.commit[:12]}; an earlier push stopped before registering it): nothing "
+                      f"uploaded, registered it in {registry.path}")
+        return
     console.print(f"published {published.repo_id} {published.version} (commit {published.commit[:12]}) to "
                   f"{published.url_or_path}; registered in {registry.path}")
 

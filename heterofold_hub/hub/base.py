@@ -38,6 +38,7 @@ class PublishedVersion:
     version: str
     commit: str  # the git commit the version tag points at
     url_or_path: str  # where the version lives: the local git repo, or the version's page on the remote hub
+    reused: bool = False  # True when the version was already in the hub with these exact files (nothing uploaded)
 
 
 def _repo_id_problem(repo_id) -> str | None:
@@ -142,6 +143,10 @@ class AdapterHub(abc.ABC):
     @abc.abstractmethod
     def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
         """``publish`` after its arguments were checked: commit ``files`` and tag the commit ``version``."""
+
+    @abc.abstractmethod
+    def version_info(self, repo_id: str, version: str) -> PublishedVersion:
+        """The published ``version`` of ``repo_id`` (the commit its tag points at); HubError if it does not exist."""
 
     @abc.abstractmethod
     def download(self, repo_id: str, *, version: str | None = None, local_files_only: bool = False) -> Path:

@@ -106,6 +106,13 @@ class LocalHub(AdapterHub):
         tags = git("for-each-ref", "--format=%(refname:strip=2)", "refs/tags/", repo=self._existing_repo(repo_id))
         return sort_versions(tags.splitlines())
 
+    def version_info(self, repo_id: str, version: str) -> PublishedVersion:
+        validate_version(version)
+        repo, versions = self._existing_repo(repo_id), self.versions(repo_id)
+        if version not in versions:
+            raise version_not_found(repo_id, version, versions, f"the local hub {self.root}")
+        return PublishedVersion(repo_id, version, git("rev-parse", f"refs/tags/{version}^{{commit}}", repo=repo), str(repo))
+
     # -- publish ------------------------------------------------------------------------------------------
     def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
         with self.publish_lock(repo_id):

@@ -121,6 +121,15 @@ class RemoteHub(AdapterHub):
             refs = self.api.list_repo_refs(repo_id)
         return sort_versions(tag.name for tag in refs.tags)
 
+    def version_info(self, repo_id: str, version: str) -> PublishedVersion:
+        validate_repo_id(repo_id)
+        validate_version(version)
+        with self._errors(repo_id, version=version):
+            tags = {tag.name: tag.target_commit for tag in self.api.list_repo_refs(repo_id).tags}
+        if version not in tags:
+            raise version_not_found(repo_id, version, sort_versions(tags), f"the hub at {self.endpoint}")
+        return PublishedVersion(repo_id, version, tags[version], f"{self.endpoint}/{repo_id}/tree/{version}")
+
     # -- publish ------------------------------------------------------------------------------------------
     def _publish(self, repo_id: str, folder: Path, files: list[Path], version: str, message: str) -> PublishedVersion:
         with self._errors(repo_id):

@@ -58,6 +58,10 @@ class AdapterConfig:
     library_version: str | None = None
     training_args: dict = field(default_factory=dict)  # how it was fitted (hf-fold train arguments)
     training_windows: int | None = None
+    # The saved adapter.safetensors ("sha256:..." and its length): written by save_adapter, checked by
+    # load_adapter, so a truncated or altered weights file is refused; None in older configs (not checked).
+    weights_sha256: str | None = None
+    weights_bytes: int | None = None
 
     def __post_init__(self):
         n_recv, n_send = self.receiver_spec["num_layers"], self.sender_spec["num_layers"]
