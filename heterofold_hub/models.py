@@ -36,9 +36,15 @@ def _not_found(name: str, err: Exception) -> HeteroFoldError:
     )
 
 
+# Loading never runs code from a model repo, and never unpickles weights: passed explicitly, so transformers
+# refuses instead of asking interactively, and a folder with only pytorch_model.bin is refused.
+SAFE_LOADING = dict(trust_remote_code=False)
+
+
 def load_config(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False):
     try:
-        return AutoConfig.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only)
+        return AutoConfig.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only,
+                                          **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err
 
@@ -51,13 +57,19 @@ def load_model(
     device: str | torch.device | None = None,
     local_files_only: bool = False,
 ) -> torch.nn.Module:
-    """A frozen causal LM in eval mode. Never sets ``trust_remote_code``."""
+    """A frozen causal LM in eval mode, from safetensors weights only, without running repo code."""
     kv_spec(load_config(name_or_path, revision=revision, local_files_only=local_files_only))
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            resolve(name_or_path), revision=revision, dtype=torch_dtype or torch.float32, local_files_only=local_files_only
+            resolve(name_or_path), revision=revision, dtype=torch_dtype or torch.float32,
+            local_files_only=local_files_only, use_safetensors=True, **SAFE_LOADING,
         )
     except (OSError, ValueError) as err:
+        if "safetensors" in str(err).lower():
+            raise HeteroFoldError(
+                f"Model {name_or_path!r} has no safetensors weights. HeteroFold never loads pickled weights "
+                "(pytorch_model.bin), which can run code. Convert them to model.safetensors first."
+            ) from err
         raise _not_found(name_or_path, err) from err
     model.requires_grad_(False).eval()
     model.name_or_path = str(name_or_path)  # the id the user gave, not the resolved folder
@@ -66,7 +78,8 @@ def load_model(
 
 def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False) -> PreTrainedTokenizerBase:
     try:
-        tok = AutoTokenizer.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only)
+        tok = AutoTokenizer.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only,
+                                            **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err
     if not tok.is_fast:

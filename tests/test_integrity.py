@@ -395,3 +395,17 @@ def test_two_concurrent_cli_pushes_of_one_version_have_one_winner(published, tmp
     assert files[WEIGHTS_NAME] == sha256_file(packages[winner] / WEIGHTS_NAME)
     assert load_adapter(fetch(registry, registry.entries()[0], registry.entries()[0].versions[-1], hub_dir=hub.root))
     assert half_written(tmp_path) == []
+
+
+def test_a_model_with_only_pickled_weights_is_refused(tmp_path):
+    """A real model folder saved as pytorch_model.bin: load_model asks for safetensors and says why."""
+    from conftest import tiny_model
+
+    folder = tmp_path / "pickled-model"
+    model = tiny_model("llama", 64)
+    model.save_pretrained(folder)  # transformers 5 writes safetensors only: convert to the old pickle format
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(HeteroFoldError, match="no safetensors weights.*never loads pickled weights"):
+        load_model(str(folder))
