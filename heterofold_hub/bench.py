@@ -92,12 +92,19 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
 def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],
               contexts: list[int], *, repeats: int = 5, progress=None) -> dict:
     """``{"sender", "receiver", "rows": [bench_row per context length]}``."""
-    rows = []
+    rows, skipped = [], []
     for tokens in contexts:
-        rows.append(bench_row(sender, receiver, adapters, text_of_length(texts, receiver, tokens), repeats))
+        text = text_of_length(texts, receiver, tokens)
+        needed = len(encode(sender.tokenizer, text)[0])
+        if needed > sender.spec.max_positions:  # the sender could not have prefilled it: nothing to transfer
+            skipped.append({"context_tokens": tokens, "reason": f"{sender.name} needs {needed} tokens for this text, "
+                            f"more than its {sender.spec.max_positions} positions"})
+        else:
+            rows.append(bench_row(sender, receiver, adapters, text, repeats))
         if progress is not None:
             progress()
     device = receiver.model.device
     return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats, "rows": rows}
+            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats, "rows": rows,
+            "skipped": skipped}

@@ -355,13 +355,18 @@ class Registry:
         return "\n".join(lines)
 
 
-def open_registry(registry: Registry | str | os.PathLike | None = None) -> Registry:
+def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = False) -> Registry:
     """``registry`` as a Registry: itself, the file at a path (empty, but saving there, if it does not exist
-    yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root)."""
+    yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root).
+    ``must_exist``: a path given explicitly must be a file (for reading; a typo must not look like an empty
+    registry)."""
     if isinstance(registry, Registry):
         return registry
     path = Path(registry if registry is not None else
                 os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
+    if must_exist and registry is not None and not path.is_file():
+        raise RegistryError(f"{path}: no such registry file. Pass an existing registry.json, or leave out --registry "
+                            "for the project's own.")
     return Registry.load(path) if path.exists() else Registry.empty(path)
 
 

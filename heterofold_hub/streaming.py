@@ -20,7 +20,7 @@ from .methods.base import PairAdapter
 from .plan import TransferPlan, Turn
 from .transfer import _overwrite
 
-MIN_CHUNK_TOKENS = 128  # below this, per-op overhead outweighs what a smaller chunk saves
+MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes
 
 

@@ -45,7 +45,9 @@ def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
                   "--data", str(pair_dirs / "heldout.jsonl"), "--contexts", "16,48", "--repeats", "1",
                   "--json", str(out), "--plot", str(png))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert result["skipped"] == []
     # Cut at a character boundary, a context can come out a token or two short of the request, never over.
     assert all(n - 3 <= r["context_tokens"] <= n for n, r in zip((16, 48), rows)) and len(rows) == 2
     for row in rows:

@@ -145,6 +145,8 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
                                progress=lambda: bar.advance(task))
         console.print(*results_tables(result))
+        for skip in result["skipped"]:
+            console.print(f"[yellow]skipped {skip['context_tokens']} tokens:[/] {skip['reason']}")
         results.append(result)
     if args.json_path:
         write_json_atomic(args.json_path, results[0] if len(results) == 1 else {"directions": results})

@@ -60,7 +60,7 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
              local_files_only: bool, console: Console) -> Path:
     from ..resolve import fetch
 
-    registry = open_registry(registry_path)
+    registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
     chosen = pick_versions(entry, version)[-1]  # the newest, or the pinned one
@@ -89,7 +89,7 @@ def entries_table(entries: list[AdapterEntry], title: str) -> Table:
 
 def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
              registry_path: Path | None, console: Console) -> list[AdapterEntry]:
-    registry = open_registry(registry_path)
+    registry = open_registry(registry_path, must_exist=True)
     entries = [e for e in registry.pairs_for(receiver_id=receiver, sender_id=sender)
                if (method is None or e.method == method)
                and (family is None or family in (e.sender.spec["model_type"], e.receiver.spec["model_type"]))]
@@ -98,7 +98,7 @@ def run_list(*, sender: str | None, receiver: str | None, family: str | None, me
 
 
 def run_search(text: str, *, registry_path: Path | None, console: Console) -> list[AdapterEntry]:
-    registry = open_registry(registry_path)
+    registry = open_registry(registry_path, must_exist=True)
     needle = text.lower()
     entries = [e for e in registry.entries() if needle in " ".join(
         (e.repo_id, e.method, e.sender.id, e.receiver.id, e.summary, e.sender.spec["model_type"],
@@ -109,7 +109,7 @@ def run_search(text: str, *, registry_path: Path | None, console: Console) -> li
 
 def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, token: str | None, card: bool,
              console: Console) -> AdapterEntry:
-    registry = open_registry(registry_path)
+    registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
     versions = pick_versions(entry, version)
