@@ -25,6 +25,7 @@ from .memory import peak_extra_bytes
 from .methods.base import PairAdapter
 from .models import Side, encode
 from .pipeline import TransferPipeline
+from .plan import build_plan
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -71,19 +72,20 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     prefill = lambda: receiver.model(input_ids=ids, use_cache=True).cache  # noqa: E731
     layers = [(layer.keys, layer.values) for layer in prefill().layers]
     pipelines = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
-    plans = {name: pipeline.plan(text) for name, pipeline in pipelines.items()}
-    first = next(iter(pipelines.values()))
+    native = max(adapter.config.min_native for adapter in adapters.values())
+    make_plan = lambda: build_plan(sender, receiver, text, min_native=native)  # noqa: E731  one plan serves every method
+    plan = make_plan()
     row = {
         "context_tokens": int(layers[0][0].shape[2]),
         "prefill_s": median_seconds(prefill, repeats),
-        "plan_s": median_seconds(lambda: first.plan(text), repeats),
+        "plan_s": median_seconds(make_plan, repeats),
         "copy_s": median_seconds(lambda: [(k.clone(), v.clone()) for k, v in layers], repeats),
         "transfer_s": {},
         "peak_extra_bytes": {},
         "layer_bytes": 2 * layers[0][0].nelement() * layers[0][0].element_size(),
     }
     for name, pipeline in pipelines.items():
-        transfer = lambda: pipeline.transfer(sender_cache, plan=plans[name])  # noqa: E731
+        transfer = lambda: pipeline.transfer(sender_cache, plan=plan)  # noqa: E731
         row["transfer_s"][name] = median_seconds(transfer, repeats)
         row["peak_extra_bytes"][name] = peak_extra_bytes(transfer, receiver.model.device)[1]
     return row

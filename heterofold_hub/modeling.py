@@ -100,19 +100,20 @@ class HeteroFoldModel:
     def adapter(self):
         return None if self.resolved is None else self.resolved.adapter
 
+    def _adapted(self, what: str) -> TransferPipeline:
+        if self.pipeline is None:
+            raise HeteroFoldError(f"No adapter was resolved for this pair (fallback='prefill'), so there is nothing to "
+                                  f"{what}; call transfer(sender_cache, text), which prefills natively.")
+        return self.pipeline
+
     def plan(self, text: str | list[str]) -> TransferPlan:
         """Tokenize and align ``text`` once, for any number of :meth:`transfer` calls (``plan=``) or a
         layer-by-layer :meth:`stream`."""
-        if self.pipeline is None:
-            raise HeteroFoldError("No adapter was resolved for this pair (fallback='prefill'), so there is nothing to "
-                                  "plan; call transfer(sender_cache, text), which prefills natively.")
-        return self.pipeline.plan(text)
+        return self._adapted("plan").plan(text)
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """Map sender layers as they arrive: ``stream.push(i, keys, values)`` returns finished receiver layers."""
-        if self.pipeline is None:
-            raise HeteroFoldError("No adapter was resolved for this pair (fallback='prefill'); there is nothing to stream.")
-        return self.pipeline.stream(plan)
+        return self._adapted("stream").stream(plan)
 
     def transfer(self, sender_cache, text: str | list[str] | None = None, *, plan: TransferPlan | None = None,
                  **kwargs) -> TransferResult:

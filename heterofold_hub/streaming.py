@@ -66,6 +66,7 @@ class LayerStream:
         self.chunk_tokens = chunk_tokens or self._default_chunk()
         self.chunks = self._chunks()
         self.buffer: torch.Tensor | None = None
+        self.native_at = plan.alignment.native_mask.to(self.device)  # [B, Tr]: positions the receiver computed
         padding = ~plan.attention_mask[:, :-1].bool().to(self.device)
         self.padding = padding[:, None, :, None] if bool(padding.any()) else None
 
@@ -145,9 +146,8 @@ class LayerStream:
         for chunk in self.chunks:
             self._map_chunk(r, flat, chunk, keys, values)
         native_k, native_v = plan.native[r]
-        native_at = plan.alignment.native_mask.to(self.device)
-        _overwrite(keys, native_at, native_k)
-        _overwrite(values, native_at, native_v)
+        _overwrite(keys, self.native_at, native_k)
+        _overwrite(values, self.native_at, native_v)
         if self.padding is not None:
             keys.masked_fill_(self.padding, 0)
             values.masked_fill_(self.padding, 0)
