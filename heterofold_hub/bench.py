@@ -2,7 +2,8 @@
 
 For each context length, on the same text:
 
-- ``prefill_s``: the receiver's own prefill, a forward with cache from its token ids (what a transfer saves);
+- ``prefill_s``: the receiver's own prefill, a forward with cache from its token ids and logits for the last
+  position only, as a serving engine prefills (what a transfer saves);
 - ``plan_s``: tokenizing for both models, aligning and the native-prefix forward, once per context
   (:meth:`TransferPipeline.plan`; it needs only the text, so it can run while the sender prefills);
 - ``transfer_s[method]``: mapping the sender's cache with that plan into a receiver cache;
@@ -23,7 +24,7 @@ import torch
 from .errors import HeteroFoldError
 from .memory import peak_extra_bytes
 from .methods.base import PairAdapter
-from .models import Side, encode
+from .models import Side, cache_only, encode
 from .pipeline import TransferPipeline
 from .plan import build_plan
 
@@ -69,7 +70,7 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
     sender_cache = sender.model(**s_inputs, use_cache=True).cache  # what the sender already computed: not timed
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
-    prefill = lambda: receiver.model(input_ids=ids, use_cache=True).cache  # noqa: E731
+    prefill = lambda: receiver.model(input_ids=ids, use_cache=True, **cache_only(receiver.model)).cache  # noqa: E731
     layers = [(layer.keys, layer.values) for layer in prefill().layers]
     pipelines = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
     native = max(adapter.config.min_native for adapter in adapters.values())

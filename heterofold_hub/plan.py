@@ -57,9 +57,9 @@ class Turn:
     """RoPE (or its inverse) at a batch of positions, on whole heads: ``x * cos + swap(x) * sin``.
 
     ``swap`` exchanges the two halves of the first ``rotary_dim`` dims; the sign of transformers'
-    ``rotate_half`` (``[-x2, x1]``) is folded into ``sin``. ``cos``, ``sin`` ``[B, T, D]``: past ``rotary_dim``
-    (partial rotary) cos is 1 and sin 0, so those dims pass through. A roll over contiguous rows is several
-    times faster than slicing small heads into halves, which makes many short strided runs.
+    ``rotate_half`` (``[-x2, x1]``) is folded into ``sin``. ``cos``, ``sin`` ``[B, T, D]``, or ``[n, 1, D]`` per
+    row once :meth:`at` a chunk: past ``rotary_dim`` (partial rotary) cos is 1 and sin 0, so those dims pass
+    through.
     """
 
     cos: torch.Tensor
@@ -81,20 +81,25 @@ class Turn:
         pad = head_dim - rotary_dim
         return cls(torch.nn.functional.pad(cos, (0, pad), value=1.0), torch.nn.functional.pad(sin, (0, pad)), rotary_dim)
 
-    def at(self, tokens: slice, *, heads_first: bool) -> "Turn":
-        """The tables of positions ``tokens``, shaped to broadcast over ``[B, H, Tc, D]`` (``heads_first``) or
-        ``[B, Tc, H, D]``: slice once per chunk, apply to every layer."""
-        pick = (lambda t: t[:, None, tokens]) if heads_first else (lambda t: t[:, tokens, None])
+    def at(self, rows: slice) -> "Turn":
+        """The tables of ``rows`` of the flattened ``[B * T]`` positions, ``[n, 1, D]`` to broadcast over the
+        heads of ``[n, H, D]``: slice once per chunk, apply to every layer."""
+        pick = lambda t: t.flatten(0, 1)[rows, None]  # noqa: E731
         return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)
 
-    def apply(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        """``out = turn(x)`` with tables already :meth:`at` ``x``'s positions; ``out`` may be ``x``."""
+    def apply(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``out = turn(x)`` for ``x``, ``out`` ``[n, H, D]`` (``out`` None: in place), tables already :meth:`at`
+        their rows; returns ``out``."""
+        out = x if out is None else out
         rd = self.rotary_dim
-        if rd == x.shape[-1]:
+        if rd == x.shape[-1]:  # one contiguous swapped copy beats multiply-adds on half views of small heads
             swapped = torch.roll(x, rd // 2, -1)
-        else:  # zeros past rd keep 0 * sin finite
-            swapped = torch.cat((torch.roll(x[..., :rd], rd // 2, -1), torch.zeros_like(x[..., rd:])), -1)
-        torch.mul(x, self.cos, out=out).addcmul_(swapped, self.sin)
+            return torch.mul(x, self.cos, out=out).addcmul_(swapped, self.sin)
+        half, rotary = rd // 2, x[..., :rd].clone()  # partial rotary: past rd, cos 1 and sin 0 copy x through
+        torch.mul(x, self.cos, out=out)
+        out[..., :half].addcmul_(rotary[..., half:], self.sin[..., :half])
+        out[..., half:rd].addcmul_(rotary[..., :half], self.sin[..., half:rd])
+        return out
 
 
 @torch.no_grad()

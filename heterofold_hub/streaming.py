@@ -1,11 +1,15 @@
-"""The fast transfer path: map a sender cache into a receiver cache layer by layer, in chunks of tokens.
+"""The fast transfer path: map a sender cache into a receiver cache layer by layer, in chunks of rows.
 
-Per receiver layer and chunk of positions: gather the aligned rows of its source sender layers, un-rotate
-the keys straight into one input buffer, apply the layer's map (``adapter.map_layer``), re-rotate straight
-into the receiver cache. No Python loop runs over tokens or heads, RoPE tables come precomputed from the
-:class:`~heterofold_hub.plan.TransferPlan`, and temporaries live for one chunk, so peak extra memory stays
-about one receiver layer whatever the context length. The reference path (``heterofold_hub.transfer``,
-which keeps gradients for training) gives the same cache to float rounding; a test holds them together.
+Each sender layer is gathered token-major (one ``index_select`` of contiguous head rows per chunk), keys are
+un-rotated and the receiver layer's map is applied. An affine map (HeteroFold, KV Ridge, recoloring) writes
+straight into the receiver cache: keys by one ``addmm`` over the sources' un-rotated keys side by side (the
+reference path's rounding), then re-rotated in place; values by one ``addmm`` per source, accumulated, in
+larger chunks since they need no turn. The cache layers are stored token-major (``[B, Tr, Hr, Dr]`` memory,
+handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value states), so no transpose is
+copied. No Python loop runs over tokens or heads, RoPE tables come precomputed from the
+:class:`~heterofold_hub.plan.TransferPlan`, and temporaries are sized per chunk, so peak extra memory stays
+about one receiver layer whatever the context length. The reference path (``heterofold_hub.transfer``, which
+keeps gradients for training) gives the same cache to float rounding; a test holds them together.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from .errors import HeteroFoldError, PairMismatchError
 from .kvcache import LayerKV, build_cache
 from .methods.base import PairAdapter
 from .plan import TransferPlan, Turn
-from .transfer import _overwrite
 
 MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes
@@ -26,13 +29,19 @@ TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of c
 
 @dataclass
 class Chunk:
-    """A run of receiver positions: ``rows`` ``[B * Hs * Tc]`` index a sender layer flattened to
-    ``[B * Hs * Ts, Ds]`` in (batch, head, position) order; the turns are the plan's, sliced to the chunk."""
+    """A run of ``rows`` of a receiver layer flattened to ``[B * Tr, Hr * Dr]`` (batch, then position).
 
-    tokens: slice
-    rows: torch.Tensor
+    ``sender_rows`` ``[n * Hs]`` index a sender layer flattened to ``[B * Hs * Ts, Ds]`` in (batch, position,
+    head) order, so a gather lands token-major, ready for the map; the turns are the plan's tables at ``rows``."""
+
+    rows: slice
+    sender_rows: torch.Tensor
     unrotate: Turn | None
     rotate: Turn | None
+
+    @property
+    def size(self) -> int:
+        return self.rows.stop - self.rows.start
 
 
 class LayerStream:
@@ -46,8 +55,9 @@ class LayerStream:
                 engine.load_layer(r, k, v)                      # each [B, Hr, Tr, Dr]
 
     A receiver layer is mapped as soon as all its source sender layers (``config.layer_sources``) have
-    arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` bounds the
-    temporaries (default: ``TEMPORARY_BUDGET`` receiver layers' worth, at least ``MIN_CHUNK_TOKENS``).
+    arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` sets the rows
+    per chunk (default: as many as keep a chunk's temporaries within ``TEMPORARY_BUDGET`` receiver layers, at
+    least ``MIN_CHUNK_TOKENS``).
     """
 
     def __init__(self, adapter: PairAdapter, plan: TransferPlan, *, dtype: torch.dtype, chunk_tokens: int | None = None):
@@ -60,23 +70,35 @@ class LayerStream:
         self.compute_dtype = next(adapter.parameters()).dtype
         self.sender_spec, self.receiver_spec = config.sender_spec, config.receiver_spec
         self.sender_width = self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
+        self.affine = adapter.affine_maps(0) is not None
         self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)}
         self.arrived: dict[int, LayerKV] = {}
         self.mapped: dict[int, LayerKV] = {}
-        self.chunk_tokens = chunk_tokens or self._default_chunk()
-        self.chunks = self._chunks()
-        self.buffer: torch.Tensor | None = None
-        self.native_at = plan.alignment.native_mask.to(self.device)  # [B, Tr]: positions the receiver computed
-        padding = ~plan.attention_mask[:, :-1].bool().to(self.device)
-        self.padding = padding[:, None, :, None] if bool(padding.any()) else None
+        self.direct = self.affine and dtype == self.compute_dtype  # map straight into the cache, no rounding step
+        key_rows, value_rows = self._temporaries_per_row()
+        self.key_chunks = self._chunks(chunk_tokens or self._rows_within_budget(key_rows))
+        self.value_chunks = self._chunks(chunk_tokens or self._rows_within_budget(value_rows)) if self.affine else None
+        # rows of a layer flattened to [B * Tr, Hr, Dr] that the receiver computed itself, and padding rows
+        self.native_rows = plan.alignment.native_mask.flatten().nonzero().squeeze(1).to(self.device)
+        self.padding_rows = (~plan.attention_mask[:, :-1].bool()).flatten().nonzero().squeeze(1).to(self.device)
 
-    def _default_chunk(self) -> int:
-        """Tokens per chunk so that a chunk's temporaries fit in ``TEMPORARY_BUDGET`` receiver layers: the map's
-        inputs and outputs for K and V, the gathered K and V of one source and the swapped halves of a K."""
-        c = self.adapter.config
-        per_token = (2 * c.in_features + 3 * self.sender_width + 3 * c.out_features) * torch.finfo(self.compute_dtype).bits // 8
-        layer_per_token = 2 * c.out_features * torch.finfo(self.dtype).bits // 8
-        return max(MIN_CHUNK_TOKENS, int(TEMPORARY_BUDGET * self.plan.cache_tokens * layer_per_token / per_token))
+    def _temporaries_per_row(self) -> tuple[int, int]:
+        """Bytes of temporaries per receiver row while mapping keys (the key input, a gathered source and its
+        swapped copy while un-rotating, an output's swapped copy while re-rotating) and while mapping values (a
+        gathered source); a map other than affine maps both at once (adding the value input and two outputs)."""
+        c, width = self.adapter.config, self.sender_width
+        keys, values = c.in_features + 2 * width + c.out_features, width
+        if not self.affine:
+            keys += c.in_features + 2 * c.out_features
+        elif not self.direct:  # outputs mapped in the compute dtype before rounding into the cache
+            keys, values = keys + c.out_features, values + c.out_features
+        size = torch.finfo(self.compute_dtype).bits // 8
+        return keys * size, values * size
+
+    def _rows_within_budget(self, bytes_per_row: int) -> int:
+        """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
+        layer_per_row = 2 * self.adapter.config.out_features * torch.finfo(self.dtype).bits // 8
+        return max(MIN_CHUNK_TOKENS, int(TEMPORARY_BUDGET * self.plan.cache_tokens * layer_per_row / bytes_per_row))
 
     @property
     def done(self) -> bool:
@@ -118,19 +140,21 @@ class LayerStream:
                     "([batch, kv_heads, sender tokens, head_dim]). Pass the cache the sender made of the planned texts."
                 )
 
-    def _chunks(self) -> list[Chunk]:
-        """The chunks of receiver positions, with everything about them that no layer changes."""
-        plan, heads = self.plan, self.sender_spec["kv_heads"]
+    def _chunks(self, size: int) -> list[Chunk]:
+        """Chunks of ``size`` receiver rows, with everything about them that no layer changes."""
+        plan, heads, tokens = self.plan, self.sender_spec["kv_heads"], self.plan.sender_tokens
         index = plan.alignment.sender_index.to(self.device)  # [B, Tr]
-        base = (torch.arange(plan.batch_size * heads, device=self.device) * plan.sender_tokens).view(-1, heads, 1)
+        batch = torch.arange(plan.batch_size, device=self.device).view(-1, 1, 1) * heads * tokens
+        head = torch.arange(heads, device=self.device).view(1, 1, -1) * tokens
+        rows = (batch + head + index[:, :, None]).flatten(0, 1)  # [B * Tr, Hs]
         chunks = []
-        for start in range(0, plan.cache_tokens, self.chunk_tokens):
-            tokens = slice(start, min(start + self.chunk_tokens, plan.cache_tokens))
+        for start in range(0, rows.shape[0], size):
+            span = slice(start, min(start + size, rows.shape[0]))
             chunks.append(Chunk(
-                tokens=tokens,
-                rows=(base + index[:, None, tokens]).flatten(),
-                unrotate=plan.unrotate.at(tokens, heads_first=True) if plan.unrotate is not None else None,
-                rotate=plan.rotate.at(tokens, heads_first=False) if plan.rotate is not None else None,
+                rows=span,
+                sender_rows=rows[span].flatten(),
+                unrotate=plan.unrotate.at(span) if plan.unrotate is not None else None,
+                rotate=plan.rotate.at(span) if plan.rotate is not None else None,
             ))
         return chunks
 
@@ -138,58 +162,98 @@ class LayerStream:
     def _map_layer(self, r: int, sources: list[LayerKV]) -> LayerKV:
         """Receiver layer ``r``'s keys and values ``[B, Hr, Tr, Dr]`` from its source sender layers."""
         plan, spec = self.plan, self.receiver_spec
-        keys = torch.empty(plan.batch_size, spec["kv_heads"], plan.cache_tokens, spec["head_dim"],
-                           dtype=self.dtype, device=self.device)
+        shape = (plan.batch_size, plan.cache_tokens, spec["kv_heads"], spec["head_dim"])
+        keys = torch.empty(shape, dtype=self.dtype, device=self.device)  # token-major, like the map's output
         values = torch.empty_like(keys)
+        key_rows, value_rows = keys.view(-1, *shape[2:]), values.view(-1, *shape[2:])  # [B * Tr, Hr, Dr]
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
-        for chunk in self.chunks:
-            self._map_chunk(r, flat, chunk, keys, values)
-        native_k, native_v = plan.native[r]
-        _overwrite(keys, self.native_at, native_k)
-        _overwrite(values, self.native_at, native_v)
-        if self.padding is not None:
-            keys.masked_fill_(self.padding, 0)
-            values.masked_fill_(self.padding, 0)
-        return keys, values
+        if self.affine:
+            (k_weight, k_bias), (v_weight, v_bias) = self.adapter.affine_maps(r)
+            self._map_keys(flat, k_weight, k_bias, key_rows)
+            self._map_values(flat, v_weight, v_bias, value_rows)
+        else:
+            self._map_any(r, flat, key_rows, value_rows)
+        native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
+        key_rows.index_copy_(0, self.native_rows, native_k.transpose(1, 2).flatten(0, 1).to(self.dtype))
+        value_rows.index_copy_(0, self.native_rows, native_v.transpose(1, 2).flatten(0, 1).to(self.dtype))
+        key_rows.index_fill_(0, self.padding_rows, 0)
+        value_rows.index_fill_(0, self.padding_rows, 0)
+        return keys.transpose(1, 2), values.transpose(1, 2)
 
-    def _inputs(self, size: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The map's inputs for ``size`` positions, ``[2, B, size, in]`` (keys, values), and each source's slot in
-        them, ``[2, B, size, Hs, Ds]``: views of one buffer that every chunk and layer reuses."""
-        if self.buffer is None:
-            sources = len(self.adapter.config.layer_sources[0])
-            self.buffer = torch.empty(2, self.plan.batch_size, self.chunk_tokens, sources * self.sender_width,
-                                      dtype=self.compute_dtype, device=self.device)
-        inputs, width = self.buffer[:, :, :size], self.sender_width
-        shape = (self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
-        return inputs, [inputs[..., j * width:(j + 1) * width].unflatten(-1, shape) for j in range(inputs.shape[-1] // width)]
+    def _gather(self, source: torch.Tensor, chunk: Chunk, out: torch.Tensor) -> torch.Tensor:
+        """Chunk rows of one flattened sender layer ``[B * Hs * Ts, Ds]``, token-major, into ``out``
+        ``[>= n, Hs, Ds]`` (a buffer in the compute dtype); returns its first ``n`` rows."""
+        out, dim = out[:chunk.size], self.sender_spec["head_dim"]
+        if source.dtype == out.dtype:
+            torch.index_select(source, 0, chunk.sender_rows, out=out.view(-1, dim))
+        else:
+            out.view(-1, dim).copy_(source.index_select(0, chunk.sender_rows))
+        return out
 
-    def _map_chunk(self, r: int, flat: list[LayerKV], chunk: Chunk, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Positions ``chunk.tokens`` of receiver layer ``r``: gather and un-rotate into the input buffer, map,
-        rotate into ``keys``/``values``. Temporaries die with the call."""
-        batch, s_heads, s_dim = self.plan.batch_size, self.sender_spec["kv_heads"], self.sender_spec["head_dim"]
-        inputs, slots = self._inputs(chunk.tokens.stop - chunk.tokens.start)
-        for (k_s, v_s), slot in zip(flat, slots):
-            for kind, source in enumerate((k_s, v_s)):
-                # contiguous rows: the fast gather; [B, Hs, Tc, Ds]
-                rows = source.index_select(0, chunk.rows).view(batch, s_heads, -1, s_dim)
-                if kind == 0 and chunk.unrotate is not None:  # un-rotate straight into the slot
-                    chunk.unrotate.apply(rows.to(self.compute_dtype), slot[kind].transpose(1, 2))
+    def _buffer(self, chunks: list[Chunk], *shape: int) -> torch.Tensor:
+        """Scratch for the largest of ``chunks``, ``[rows, *shape]`` in the compute dtype, reused by each chunk."""
+        return torch.empty(chunks[0].size, *shape, dtype=self.compute_dtype, device=self.device)
+
+    def _map_keys(self, flat: list[LayerKV], weight: torch.Tensor, bias: torch.Tensor, keys: torch.Tensor) -> None:
+        """Keys ``[B * Tr, Hr, Dr]`` of a layer with an affine map: per chunk, every source un-rotated into its block
+        of one input and one ``addmm`` (rounding as the reference path does), then the turn, in place."""
+        inputs = self._buffer(self.key_chunks, len(flat) * self.sender_width)
+        gathered = self._buffer(self.key_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
+        mapped = None if self.direct else self._buffer(self.key_chunks, *keys.shape[1:])
+        for chunk in self.key_chunks:
+            out = keys[chunk.rows] if self.direct else mapped[:chunk.size]
+            torch.addmm(bias, self._key_input(flat, chunk, inputs, gathered), weight, out=out.view(chunk.size, -1))
+            if chunk.rotate is not None:
+                chunk.rotate.apply(out)
+            if not self.direct:  # rounded once, after the map and the turn
+                keys[chunk.rows] = out
+
+    def _map_values(self, flat: list[LayerKV], weight: torch.Tensor, bias: torch.Tensor, values: torch.Tensor) -> None:
+        """Values ``[B * Tr, Hr, Dr]`` of a layer with an affine map: nothing to turn, so each source's gather feeds
+        its own ``addmm`` on its block of the weight's rows, accumulated in the output."""
+        width = self.sender_width
+        gathered = self._buffer(self.value_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
+        mapped = None if self.direct else self._buffer(self.value_chunks, values.shape[1] * values.shape[2])
+        for chunk in self.value_chunks:
+            out = values[chunk.rows].view(chunk.size, -1) if self.direct else mapped[:chunk.size]
+            for j, (_, v_s) in enumerate(flat):
+                x, block = self._gather(v_s, chunk, gathered).view(chunk.size, width), weight[j * width:(j + 1) * width]
+                if j == 0:
+                    torch.addmm(bias, x, block, out=out)
                 else:
-                    slot[kind].copy_(rows.transpose(1, 2))
-        heads, dim = self.receiver_spec["kv_heads"], self.receiver_spec["head_dim"]
-        y_k, y_v = self.adapter.map_layer(r, inputs[0], inputs[1])
-        y_k, y_v = y_k.view(batch, -1, heads, dim), y_v.view(batch, -1, heads, dim)
-        values[:, :, chunk.tokens].transpose(1, 2).copy_(y_v)
-        k_dst = keys[:, :, chunk.tokens].transpose(1, 2)  # [B, Tc, Hr, Dr] view into the cache
-        if chunk.rotate is None:
-            k_dst.copy_(y_k)
-        elif keys.dtype == y_k.dtype:
-            chunk.rotate.apply(y_k, k_dst)
-        else:  # turn in the compute dtype, round once
-            turned = torch.empty_like(y_k)
-            chunk.rotate.apply(y_k, turned)
-            k_dst.copy_(turned)
+                    out.addmm_(x, block)
+            if not self.direct:
+                values[chunk.rows] = out.view(-1, *values.shape[1:])
+
+    def _map_any(self, r: int, flat: list[LayerKV], keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Keys and values ``[B * Tr, Hr, Dr]`` through ``adapter.map_layer`` on the concatenated sources (any map,
+        e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
+        width = self.sender_width
+        key_inputs, value_inputs = (self._buffer(self.key_chunks, len(flat) * width) for _ in "kv")
+        gathered = self._buffer(self.key_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
+        for chunk in self.key_chunks:
+            n = chunk.size
+            for j, (_, v_s) in enumerate(flat):
+                value_inputs[:n, j * width:(j + 1) * width].copy_(self._gather(v_s, chunk, gathered).view(n, width))
+            y_k, y_v = self.adapter.map_layer(r, self._key_input(flat, chunk, key_inputs, gathered)[None],
+                                              value_inputs[None, :n])  # [1, n, in] -> [1, n, out]
+            y_k = y_k.view(n, *keys.shape[1:])
+            keys[chunk.rows] = y_k if chunk.rotate is None else chunk.rotate.apply(y_k)
+            values[chunk.rows] = y_v.view(n, *values.shape[1:])
+
+    def _key_input(self, flat: list[LayerKV], chunk: Chunk, inputs: torch.Tensor, gathered: torch.Tensor) -> torch.Tensor:
+        """The map's key input at the chunk's rows, ``[n, in]`` (in ``inputs``): each source's keys gathered and
+        un-rotated into its block."""
+        inputs, width = inputs[:chunk.size], self.sender_width
+        for j, (k_s, _) in enumerate(flat):
+            block = inputs[:, j * width:(j + 1) * width].unflatten(-1, (self.sender_spec["kv_heads"], -1))
+            keys = self._gather(k_s, chunk, gathered)
+            if chunk.unrotate is None:
+                block.copy_(keys)
+            else:
+                chunk.unrotate.apply(keys, block)
+        return inputs
 
 
 def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *, dtype: torch.dtype,

@@ -28,6 +28,9 @@ class AffineAdapter(PairAdapter):
         v = torch.addmm(self.v_bias[layer], values.flatten(0, -2), self.v_weight[layer])
         return k.view(*keys.shape[:-1], -1), v.view(*values.shape[:-1], -1)
 
+    def affine_maps(self, layer):
+        return (self.k_weight[layer], self.k_bias[layer]), (self.v_weight[layer], self.v_bias[layer])
+
     @torch.no_grad()
     def set_layer(self, layer: int, kind: str, weight: torch.Tensor, bias: torch.Tensor) -> None:
         """Install a fitted map ``weight`` ``[in, out]``, ``bias`` ``[out]`` for ``kind`` 'k' or 'v'."""

@@ -126,3 +126,9 @@ class PairAdapter(nn.Module, ABC):
         ``keys``/``values``: ``[batch, seq, in_features]`` (sender features of ``layer_sources[layer]``,
         heads flattened, keys un-rotated); returns two ``[batch, seq, receiver kv_heads * head_dim]``.
         """
+
+    def affine_maps(self, layer: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+        """Layer ``layer``'s map as ``((k_weight, k_bias), (v_weight, v_bias))`` (weights ``[in, out]``, biases
+        ``[out]``) when it is affine, else None. With them the fast path splits each weight by source layer and
+        accumulates straight into the receiver cache instead of gathering a concatenated input for :meth:`map_layer`."""
+        return None
