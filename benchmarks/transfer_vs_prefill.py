@@ -2,7 +2,7 @@
 
 Runs exactly what `hf-fold bench` runs (same code) and writes benchmarks/results/bench.json and bench.png:
 
-    python benchmarks/transfer_vs_prefill.py [--contexts 256,512,1024,2048,4096] [--repeats 5]
+    python benchmarks/transfer_vs_prefill.py [--contexts 256,512,1024,2048,4096] [--repeats 9]
 
 Timings are medians after a warm-up, measured side by side in one run; compare ratios, not absolute times,
 across machines (this machine is shared and noisy).
@@ -23,7 +23,7 @@ OUT = Path(__file__).parent / "results"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contexts", default="256,512,1024,2048,4096")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
     run_bench_command(BenchArgs(None, None, parse_contexts(args.contexts), args.repeats,
                                 json_path=OUT / "bench.json", plot_path=OUT / "bench.png"), Console())

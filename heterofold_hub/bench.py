@@ -11,7 +11,7 @@ For each context length, on the same text:
 - ``peak_extra_bytes[method]``: the most temporary memory one transfer held (beyond the cache it returns),
   measured in a separate untimed run; ``layer_bytes`` is one receiver layer's keys + values, for scale.
 
-Each time is the median of ``repeats`` runs after one warm-up.
+Each time is the median of ``repeats`` rounds after one warm-up; a round runs every measurement once, in turn.
 """
 
 from __future__ import annotations
@@ -29,19 +29,23 @@ from .pipeline import TransferPipeline
 from .plan import build_plan
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call (CUDA work is
-    waited for, so asynchronous launches are not mistaken for finished work)."""
+def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
+    """Median wall time of each of ``fns`` (name -> callable) over ``repeats`` rounds, after one untimed
+    warm-up call each. Every round runs each function once, in turn, so all of them see the same state of a
+    shared machine and their ratios hold even when its speed drifts; CUDA work is waited for, so
+    asynchronous launches are not mistaken for finished work."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
+    times = {name: [] for name in fns}
+    for fn in fns.values():
         fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
@@ -76,20 +80,20 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     native = max(adapter.config.min_native for adapter in adapters.values())
     make_plan = lambda: build_plan(sender, receiver, text, min_native=native)  # noqa: E731  one plan serves every method
     plan = make_plan()
-    row = {
+    transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
+    seconds = median_seconds({"prefill": prefill, "plan": make_plan,
+                              "copy": lambda: [(k.clone(), v.clone()) for k, v in layers],
+                              **{f"transfer {name}": transfer for name, transfer in transfers.items()}}, repeats)
+    return {
         "context_tokens": int(layers[0][0].shape[2]),
-        "prefill_s": median_seconds(prefill, repeats),
-        "plan_s": median_seconds(make_plan, repeats),
-        "copy_s": median_seconds(lambda: [(k.clone(), v.clone()) for k, v in layers], repeats),
-        "transfer_s": {},
-        "peak_extra_bytes": {},
+        "prefill_s": seconds["prefill"],
+        "plan_s": seconds["plan"],
+        "copy_s": seconds["copy"],
+        "transfer_s": {name: seconds[f"transfer {name}"] for name in transfers},
+        "peak_extra_bytes": {name: peak_extra_bytes(transfer, receiver.model.device)[1]
+                             for name, transfer in transfers.items()},
         "layer_bytes": 2 * layers[0][0].nelement() * layers[0][0].element_size(),
     }
-    for name, pipeline in pipelines.items():
-        transfer = lambda: pipeline.transfer(sender_cache, plan=plan)  # noqa: E731
-        row["transfer_s"][name] = median_seconds(transfer, repeats)
-        row["peak_extra_bytes"][name] = peak_extra_bytes(transfer, receiver.model.device)[1]
-    return row
 
 
 def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],

@@ -32,6 +32,10 @@ class TransferPlan:
     - ``native``: per receiver layer, the receiver's own keys/values ``[B, Hr, P, Dr]`` of the native prefix.
     - ``input_ids`` / ``attention_mask`` ``[B, Tr + 1]``: receiver tokens, left-padded; the cache covers all but
       the last column, which is the first token ``generate`` feeds.
+    - ``sender_rows`` ``[B * Tr, Hs]``: for each receiver row (batch, then position) and sender KV head, the row
+      of a sender layer flattened to ``[B * Hs * Ts, Ds]`` it draws from.
+    - ``native_rows`` / ``padding_rows``: the receiver rows (of ``B * Tr``) the receiver computes itself, and
+      the left padding.
     """
 
     alignment: TokenAlignment
@@ -41,6 +45,9 @@ class TransferPlan:
     native: list[LayerKV]
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    sender_rows: torch.Tensor
+    native_rows: torch.Tensor
+    padding_rows: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -140,13 +147,18 @@ def build_plan(
     if sender_position_ids is not None:
         index = sender_position_ids.to(index.device).gather(1, index)
     last = torch.stack([ids[-1] for ids, _ in receiver_enc])[:, None]
+    sender_tokens, heads = max(len(ids) for ids, _ in sender_enc), sender.spec.kv_heads
+    first_rows = (torch.arange(len(texts)).view(-1, 1, 1) * heads + torch.arange(heads).view(1, 1, -1)) * sender_tokens
     return TransferPlan(
         alignment=alignment,
-        sender_tokens=max(len(ids) for ids, _ in sender_enc),
+        sender_tokens=sender_tokens,
         unrotate=Turn.from_tables(sender.rope.tables(index.to(device), torch.float32), sender.spec.head_dim, inverse=True),
         rotate=Turn.from_tables(receiver.rope.tables(alignment.receiver_positions.to(device), torch.float32),
                                 receiver.spec.head_dim, inverse=False),
         native=native_prefix_kv(receiver.model, alignment),
         input_ids=torch.cat([alignment.receiver_ids, last], 1),
         attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
+        sender_rows=(first_rows + alignment.sender_index[:, :, None]).flatten(0, 1).to(device),
+        native_rows=alignment.native_mask.flatten().nonzero().squeeze(1).to(device),
+        padding_rows=(~alignment.attention_mask.bool()).flatten().nonzero().squeeze(1).to(device),
     )

@@ -65,6 +65,10 @@ class LayerStream:
         if plan.alignment.native_prefix < config.min_native:
             raise HeteroFoldError(f"This plan computes {plan.alignment.native_prefix} prefix token(s) natively but the "
                                   f"adapter needs at least {config.min_native}; build the plan with this adapter's pipeline.")
+        if plan.sender_rows.shape[1] != config.sender_spec["kv_heads"]:
+            raise PairMismatchError(f"This plan was built for a sender with {plan.sender_rows.shape[1]} KV heads but the "
+                                    f"adapter's sender {config.sender!r} has {config.sender_spec['kv_heads']}; build the "
+                                    "plan with this adapter's pipeline.")
         self.adapter, self.plan, self.dtype = adapter, plan, dtype
         self.device = plan.native[0][0].device
         self.compute_dtype = next(adapter.parameters()).dtype
@@ -78,27 +82,25 @@ class LayerStream:
         key_rows, value_rows = self._temporaries_per_row()
         self.key_chunks = self._chunks(chunk_tokens or self._rows_within_budget(key_rows))
         self.value_chunks = self._chunks(chunk_tokens or self._rows_within_budget(value_rows)) if self.affine else None
-        # rows of a layer flattened to [B * Tr, Hr, Dr] that the receiver computed itself, and padding rows
-        self.native_rows = plan.alignment.native_mask.flatten().nonzero().squeeze(1).to(self.device)
-        self.padding_rows = (~plan.attention_mask[:, :-1].bool()).flatten().nonzero().squeeze(1).to(self.device)
 
     def _temporaries_per_row(self) -> tuple[int, int]:
-        """Bytes of temporaries per receiver row while mapping keys (the key input, a gathered source and its
-        swapped copy while un-rotating, an output's swapped copy while re-rotating) and while mapping values (a
-        gathered source); a map other than affine maps both at once (adding the value input and two outputs)."""
+        """Bytes per receiver row of the most temporaries alive at once while mapping keys (the key input and a
+        gathered source, plus the source's swapped copy while un-rotating or the output's while re-rotating) and
+        while mapping values (a gathered source). A map other than affine maps both at once, adding the value
+        input and its two outputs; a cache dtype other than the compute dtype adds the outputs before rounding."""
         c, width = self.adapter.config, self.sender_width
-        keys, values = c.in_features + 2 * width + c.out_features, width
+        keys, values = c.in_features + width + max(width, c.out_features), width
         if not self.affine:
             keys += c.in_features + 2 * c.out_features
-        elif not self.direct:  # outputs mapped in the compute dtype before rounding into the cache
+        elif not self.direct:
             keys, values = keys + c.out_features, values + c.out_features
         size = torch.finfo(self.compute_dtype).bits // 8
         return keys * size, values * size
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
-        layer_per_row = 2 * self.adapter.config.out_features * torch.finfo(self.dtype).bits // 8
-        return max(MIN_CHUNK_TOKENS, int(TEMPORARY_BUDGET * self.plan.cache_tokens * layer_per_row / bytes_per_row))
+        layer_bytes = self.plan.sender_rows.shape[0] * 2 * self.adapter.config.out_features * torch.finfo(self.dtype).bits // 8
+        return max(MIN_CHUNK_TOKENS, int(TEMPORARY_BUDGET * layer_bytes / bytes_per_row))
 
     @property
     def done(self) -> bool:
@@ -142,11 +144,8 @@ class LayerStream:
 
     def _chunks(self, size: int) -> list[Chunk]:
         """Chunks of ``size`` receiver rows, with everything about them that no layer changes."""
-        plan, heads, tokens = self.plan, self.sender_spec["kv_heads"], self.plan.sender_tokens
-        index = plan.alignment.sender_index.to(self.device)  # [B, Tr]
-        batch = torch.arange(plan.batch_size, device=self.device).view(-1, 1, 1) * heads * tokens
-        head = torch.arange(heads, device=self.device).view(1, 1, -1) * tokens
-        rows = (batch + head + index[:, :, None]).flatten(0, 1)  # [B * Tr, Hs]
+        plan, rows = self.plan, self.plan.sender_rows  # [B * Tr, Hs]
+        size = -(-rows.shape[0] // -(-rows.shape[0] // size))  # as many chunks as needed, of even sizes
         chunks = []
         for start in range(0, rows.shape[0], size):
             span = slice(start, min(start + size, rows.shape[0]))
@@ -175,10 +174,10 @@ class LayerStream:
         else:
             self._map_any(r, flat, key_rows, value_rows)
         native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
-        key_rows.index_copy_(0, self.native_rows, native_k.transpose(1, 2).flatten(0, 1).to(self.dtype))
-        value_rows.index_copy_(0, self.native_rows, native_v.transpose(1, 2).flatten(0, 1).to(self.dtype))
-        key_rows.index_fill_(0, self.padding_rows, 0)
-        value_rows.index_fill_(0, self.padding_rows, 0)
+        key_rows.index_copy_(0, plan.native_rows, native_k.transpose(1, 2).flatten(0, 1).to(self.dtype))
+        value_rows.index_copy_(0, plan.native_rows, native_v.transpose(1, 2).flatten(0, 1).to(self.dtype))
+        key_rows.index_fill_(0, plan.padding_rows, 0)
+        value_rows.index_fill_(0, plan.padding_rows, 0)
         return keys.transpose(1, 2), values.transpose(1, 2)
 
     def _gather(self, source: torch.Tensor, chunk: Chunk, out: torch.Tensor) -> torch.Tensor:
