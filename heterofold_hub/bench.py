@@ -16,6 +16,7 @@ Each time is the median of ``repeats`` rounds after one warm-up; a round runs ev
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 
@@ -31,15 +32,19 @@ from .plan import build_plan
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
     """Median wall time of each of ``fns`` (name -> callable) over ``repeats`` rounds, after one untimed
-    warm-up call each. Every round runs each function once, in turn, so all of them see the same state of a
-    shared machine and their ratios hold even when its speed drifts; CUDA work is waited for, so
-    asynchronous launches are not mistaken for finished work."""
+    warm-up call each. Every round runs each function once, so all of them see the same state of a shared
+    machine and their ratios hold even when its speed drifts; the order is shuffled each round (seeded), so
+    none always runs on caches another has just warmed. CUDA work is waited for, so asynchronous launches are not
+    mistaken for finished work."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     times = {name: [] for name in fns}
     for fn in fns.values():
         fn()
+    order, shuffle = list(fns), random.Random(0).shuffle
     for _ in range(repeats):
-        for name, fn in fns.items():
+        shuffle(order)
+        for name in order:
+            fn = fns[name]
             sync()
             start = time.perf_counter()
             fn()
