@@ -75,6 +75,29 @@ def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, recei
     assert_same_cache(fast, reference_layers(pipe, cache, plan))
 
 
+def test_fast_path_equals_reference_for_a_map_that_does_not_fold():
+    """Dense Latent's MLP cannot be split by source, so it runs through ``map_layer`` on the gathered inputs."""
+    bpe_sender = Side.load(DEMO_PAIR[0])
+    receiver = Side.load(DEMO_PAIR[1])
+    _, calib = small_calibration(bpe_sender, receiver, context_tokens=32, windows=4)
+    adapter = get_method("dense-latent").fit(calib, hidden=32, mse_steps=5, nll_steps=0, progress=False)
+    assert adapter.affine_maps(0) is None
+    pipe = TransferPipeline(adapter, bpe_sender, receiver)
+    batch = [texts()[0][:900], texts()[3][:400]]
+    cache, plan = sender_cache(bpe_sender, batch), pipe.plan(batch)
+    for chunk_tokens in (None, 37):
+        fast = map_cache(adapter, plan, cache_layers(cache), dtype=torch.float32, chunk_tokens=chunk_tokens)
+        assert_same_cache(fast, reference_layers(pipe, cache, plan))
+
+
+def test_a_plan_for_another_sender_layout_is_refused(demo):
+    pipe, _ = demo
+    plan = pipe.plan(texts()[1][:200])
+    plan.sender_rows = plan.sender_rows.repeat(1, 2)  # as if planned for a sender with twice the KV heads
+    with pytest.raises(PairMismatchError, match="KV heads"):
+        LayerStream(pipe.adapter, plan, dtype=torch.float32)
+
+
 def test_peak_extra_memory_stays_within_two_receiver_layers(demo):
     pipe, sender = demo
     text = text_of_length(read_texts("bundled:heldout"), pipe.receiver, 2048)
