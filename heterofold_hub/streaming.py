@@ -66,9 +66,9 @@ class LayerStream:
             raise HeteroFoldError(f"This plan computes {plan.alignment.native_prefix} prefix token(s) natively but the "
                                   f"adapter needs at least {config.min_native}; build the plan with this adapter's pipeline.")
         if plan.sender_rows.shape[1] != config.sender_spec["kv_heads"]:
-            raise PairMismatchError(f"This plan was built for a sender with {plan.sender_rows.shape[1]} KV heads but the "
-                                    f"adapter's sender {config.sender!r} has {config.sender_spec['kv_heads']}; build the "
-                                    "plan with this adapter's pipeline.")
+            raise PairMismatchError(f"This plan was built for a sender with {plan.sender_rows.shape[1]} KV heads but "
+                                    f"the adapter's sender {config.sender!r} has {config.sender_spec['kv_heads']}; "
+                                    "build the plan with this adapter's pipeline.")
         self.adapter, self.plan, self.dtype = adapter, plan, dtype
         self.device = plan.native[0][0].device
         self.compute_dtype = next(adapter.parameters()).dtype
@@ -99,7 +99,8 @@ class LayerStream:
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
-        layer_bytes = self.plan.sender_rows.shape[0] * 2 * self.adapter.config.out_features * torch.finfo(self.dtype).bits // 8
+        rows, width = self.plan.sender_rows.shape[0], 2 * self.adapter.config.out_features
+        layer_bytes = rows * width * torch.finfo(self.dtype).bits // 8
         return max(MIN_CHUNK_TOKENS, int(TEMPORARY_BUDGET * layer_bytes / bytes_per_row))
 
     @property
