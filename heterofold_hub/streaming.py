@@ -1,15 +1,17 @@
 """The fast transfer path: map a sender cache into a receiver cache layer by layer, in chunks of rows.
 
-Each sender layer is gathered token-major (one ``index_select`` of contiguous head rows per chunk), keys are
-un-rotated and the receiver layer's map is applied. An affine map (HeteroFold, KV Ridge, recoloring) writes
-straight into the receiver cache: keys by one ``addmm`` over the sources' un-rotated keys side by side (the
-reference path's rounding), then re-rotated in place; values by one ``addmm`` per source, accumulated, in
-larger chunks since they need no turn. The cache layers are stored token-major (``[B, Tr, Hr, Dr]`` memory,
-handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value states), so no transpose is
-copied. No Python loop runs over tokens or heads, RoPE tables come precomputed from the
-:class:`~heterofold_hub.plan.TransferPlan`, and temporaries are sized per chunk, so peak extra memory stays
-about one receiver layer whatever the context length. The reference path (``heterofold_hub.transfer``, which
-keeps gradients for training) gives the same cache to float rounding; a test holds them together.
+Per receiver layer and chunk of rows, every source sender layer's keys (un-rotated) and values are gathered
+token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
+``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
+rounding), and the keys are re-rotated in place there. On CPU in float32 the gathers and turns run in one
+pass each through a small C kernel (:mod:`heterofold_hub.kernels`); elsewhere through torch ops
+(``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are stored token-major
+(``[B, Tr, Hr, Dr]`` memory handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value
+states), so no transpose is copied. No Python loop runs over tokens or heads, RoPE tables and row indices come
+precomputed from the :class:`~heterofold_hub.plan.TransferPlan`, and scratch is sized per chunk and reused,
+so peak extra memory stays about one receiver layer whatever the context length. The reference path
+(``heterofold_hub.transfer``, which keeps gradients for training) gives the same cache to float rounding; a
+test holds them together, with and without the kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import kernels
 from .errors import HeteroFoldError, PairMismatchError
 from .kvcache import LayerKV, build_cache
 from .methods.base import PairAdapter
@@ -79,23 +82,29 @@ class LayerStream:
         self.arrived: dict[int, LayerKV] = {}
         self.mapped: dict[int, LayerKV] = {}
         self.direct = self.affine and dtype == self.compute_dtype  # map straight into the cache, no rounding step
-        key_rows, value_rows = self._temporaries_per_row()
-        self.key_chunks = self._chunks(chunk_tokens or self._rows_within_budget(key_rows))
-        self.value_chunks = self._chunks(chunk_tokens or self._rows_within_budget(value_rows)) if self.affine else None
+        cpu_float = self.device.type == "cpu" and self.compute_dtype == torch.float32
+        self.kernels = kernels.load() if cpu_float else None  # one-pass gather and turn; else torch ops
+        if self.kernels is not None and plan.sender_rows.numel():  # the kernel trusts the rows: hold them in bounds
+            sender_layer_rows = plan.batch_size * self.sender_spec["kv_heads"] * plan.sender_tokens
+            if not 0 <= int(plan.sender_rows.min()) <= int(plan.sender_rows.max()) < sender_layer_rows:
+                raise HeteroFoldError("This plan's sender rows fall outside its sender cache; rebuild the plan.")
+        self.chunks = self._chunks(chunk_tokens or self._rows_within_budget(self._temporaries_per_row()))
+        self.scratch: dict[str, torch.Tensor] = {}
 
-    def _temporaries_per_row(self) -> tuple[int, int]:
-        """Bytes per receiver row of the most temporaries alive at once while mapping keys (the key input and a
-        gathered source, plus the source's swapped copy while un-rotating or the output's while re-rotating) and
-        while mapping values (a gathered source). A map other than affine maps both at once, adding the value
-        input and its two outputs; a cache dtype other than the compute dtype adds the outputs before rounding."""
+    def _temporaries_per_row(self) -> int:
+        """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
+        kernels, a gathered source and a swapped copy while turning. A map other than affine maps keys and
+        values at once (adding the value input and its two outputs); a cache dtype other than the compute dtype
+        adds the output before rounding."""
         c, width = self.adapter.config, self.sender_width
-        keys, values = c.in_features + width + max(width, c.out_features), width
+        per_row = c.in_features
+        if self.kernels is None:
+            per_row += width + max(width, c.out_features)
         if not self.affine:
-            keys += c.in_features + 2 * c.out_features
+            per_row += c.in_features + 2 * c.out_features
         elif not self.direct:
-            keys, values = keys + c.out_features, values + c.out_features
-        size = torch.finfo(self.compute_dtype).bits // 8
-        return keys * size, values * size
+            per_row += c.out_features
+        return per_row * torch.finfo(self.compute_dtype).bits // 8
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
@@ -170,8 +179,8 @@ class LayerStream:
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
         if self.affine:
             (k_weight, k_bias), (v_weight, v_bias) = self.adapter.affine_maps(r)
-            self._map_keys(flat, k_weight, k_bias, key_rows)
-            self._map_values(flat, v_weight, v_bias, value_rows)
+            self._map_affine(flat, 0, k_weight, k_bias, key_rows)
+            self._map_affine(flat, 1, v_weight, v_bias, value_rows)
         else:
             self._map_any(r, flat, key_rows, value_rows)
         native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
@@ -181,79 +190,66 @@ class LayerStream:
         value_rows.index_fill_(0, plan.padding_rows, 0)
         return keys.transpose(1, 2), values.transpose(1, 2)
 
-    def _gather(self, source: torch.Tensor, chunk: Chunk, out: torch.Tensor) -> torch.Tensor:
-        """Chunk rows of one flattened sender layer ``[B * Hs * Ts, Ds]``, token-major, into ``out``
-        ``[>= n, Hs, Ds]`` (a buffer in the compute dtype); returns its first ``n`` rows."""
-        out, dim = out[:chunk.size], self.sender_spec["head_dim"]
-        if source.dtype == out.dtype:
-            torch.index_select(source, 0, chunk.sender_rows, out=out.view(-1, dim))
-        else:
-            out.view(-1, dim).copy_(source.index_select(0, chunk.sender_rows))
-        return out
+    def _buffer(self, name: str, *shape: int) -> torch.Tensor:
+        """Scratch ``[rows, *shape]`` in the compute dtype for the largest chunk, made once per stream and reused
+        by every chunk and layer (a fresh allocation per layer costs page faults)."""
+        buffer = self.scratch.get(name)
+        if buffer is None or buffer.shape[1:] != shape:
+            buffer = self.scratch[name] = torch.empty(self.chunks[0].size, *shape, dtype=self.compute_dtype,
+                                                      device=self.device)
+        return buffer
 
-    def _buffer(self, chunks: list[Chunk], *shape: int) -> torch.Tensor:
-        """Scratch for the largest of ``chunks``, ``[rows, *shape]`` in the compute dtype, reused by each chunk."""
-        return torch.empty(chunks[0].size, *shape, dtype=self.compute_dtype, device=self.device)
-
-    def _map_keys(self, flat: list[LayerKV], weight: torch.Tensor, bias: torch.Tensor, keys: torch.Tensor) -> None:
-        """Keys ``[B * Tr, Hr, Dr]`` of a layer with an affine map: per chunk, every source un-rotated into its block
-        of one input and one ``addmm`` (rounding as the reference path does), then the turn, in place."""
-        inputs = self._buffer(self.key_chunks, len(flat) * self.sender_width)
-        gathered = self._buffer(self.key_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
-        mapped = None if self.direct else self._buffer(self.key_chunks, *keys.shape[1:])
-        for chunk in self.key_chunks:
-            out = keys[chunk.rows] if self.direct else mapped[:chunk.size]
-            torch.addmm(bias, self._key_input(flat, chunk, inputs, gathered), weight, out=out.view(chunk.size, -1))
-            if chunk.rotate is not None:
-                chunk.rotate.apply(out)
+    def _map_affine(self, flat: list[LayerKV], kind: int, weight: torch.Tensor, bias: torch.Tensor,
+                    layer: torch.Tensor) -> None:
+        """Keys (``kind`` 0) or values (1) ``[B * Tr, Hr, Dr]`` of a layer with an affine map: per chunk, one
+        ``addmm`` of the sources side by side (the reference path's rounding) straight into the cache, then keys
+        turned in place."""
+        inputs = self._buffer("inputs", len(flat) * self.sender_width)
+        mapped = None if self.direct else self._buffer("mapped", *layer.shape[1:])
+        for chunk in self.chunks:
+            out = layer[chunk.rows] if self.direct else mapped[:chunk.size]
+            torch.addmm(bias, self._input(flat, kind, chunk, inputs), weight, out=out.view(chunk.size, -1))
+            if kind == 0 and chunk.rotate is not None:
+                self._turn(out, chunk.rotate)
             if not self.direct:  # rounded once, after the map and the turn
-                keys[chunk.rows] = out
-
-    def _map_values(self, flat: list[LayerKV], weight: torch.Tensor, bias: torch.Tensor, values: torch.Tensor) -> None:
-        """Values ``[B * Tr, Hr, Dr]`` of a layer with an affine map: nothing to turn, so each source's gather feeds
-        its own ``addmm`` on its block of the weight's rows, accumulated in the output."""
-        width = self.sender_width
-        gathered = self._buffer(self.value_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
-        mapped = None if self.direct else self._buffer(self.value_chunks, values.shape[1] * values.shape[2])
-        for chunk in self.value_chunks:
-            out = values[chunk.rows].view(chunk.size, -1) if self.direct else mapped[:chunk.size]
-            for j, (_, v_s) in enumerate(flat):
-                x, block = self._gather(v_s, chunk, gathered).view(chunk.size, width), weight[j * width:(j + 1) * width]
-                if j == 0:
-                    torch.addmm(bias, x, block, out=out)
-                else:
-                    out.addmm_(x, block)
-            if not self.direct:
-                values[chunk.rows] = out.view(-1, *values.shape[1:])
+                layer[chunk.rows] = out
 
     def _map_any(self, r: int, flat: list[LayerKV], keys: torch.Tensor, values: torch.Tensor) -> None:
         """Keys and values ``[B * Tr, Hr, Dr]`` through ``adapter.map_layer`` on the concatenated sources (any map,
         e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
-        width = self.sender_width
-        key_inputs, value_inputs = (self._buffer(self.key_chunks, len(flat) * width) for _ in "kv")
-        gathered = self._buffer(self.key_chunks, self.sender_spec["kv_heads"], self.sender_spec["head_dim"])
-        for chunk in self.key_chunks:
+        inputs = [self._buffer(name, len(flat) * self.sender_width) for name in ("inputs", "inputs_v")]
+        for chunk in self.chunks:
             n = chunk.size
-            for j, (_, v_s) in enumerate(flat):
-                value_inputs[:n, j * width:(j + 1) * width].copy_(self._gather(v_s, chunk, gathered).view(n, width))
-            y_k, y_v = self.adapter.map_layer(r, self._key_input(flat, chunk, key_inputs, gathered)[None],
-                                              value_inputs[None, :n])  # [1, n, in] -> [1, n, out]
-            y_k = y_k.view(n, *keys.shape[1:])
-            keys[chunk.rows] = y_k if chunk.rotate is None else chunk.rotate.apply(y_k)
+            y_k, y_v = self.adapter.map_layer(r, *(self._input(flat, kind, chunk, inputs[kind])[None] for kind in (0, 1)))
+            y_k = y_k.view(n, *keys.shape[1:])  # [1, n, out] -> [n, Hr, Dr]
+            if chunk.rotate is not None:
+                self._turn(y_k, chunk.rotate)
+            keys[chunk.rows] = y_k
             values[chunk.rows] = y_v.view(n, *values.shape[1:])
 
-    def _key_input(self, flat: list[LayerKV], chunk: Chunk, inputs: torch.Tensor, gathered: torch.Tensor) -> torch.Tensor:
-        """The map's key input at the chunk's rows, ``[n, in]`` (in ``inputs``): each source's keys gathered and
-        un-rotated into its block."""
-        inputs, width = inputs[:chunk.size], self.sender_width
-        for j, (k_s, _) in enumerate(flat):
-            block = inputs[:, j * width:(j + 1) * width].unflatten(-1, (self.sender_spec["kv_heads"], -1))
-            keys = self._gather(k_s, chunk, gathered)
-            if chunk.unrotate is None:
-                block.copy_(keys)
+    def _input(self, flat: list[LayerKV], kind: int, chunk: Chunk, inputs: torch.Tensor) -> torch.Tensor:
+        """The map's input at the chunk's rows, ``[n, in]`` (the first rows of ``inputs``): the keys (``kind`` 0,
+        un-rotated) or values (1) of every source, gathered token-major into its block of features."""
+        n, width, heads = chunk.size, self.sender_width, self.sender_spec["kv_heads"]
+        inputs, turn = inputs[:n], chunk.unrotate if kind == 0 else None
+        for j, layer in enumerate(flat):
+            source, block = layer[kind], inputs[:, j * width:(j + 1) * width].unflatten(-1, (heads, -1))
+            if self.kernels is not None and source.dtype == torch.float32:
+                self.kernels.gather_turn(source, chunk.sender_rows, block, turn)
+                continue
+            gathered = source.index_select(0, chunk.sender_rows).view(block.shape)  # [n, Hs, Ds]
+            if turn is None:
+                block.copy_(gathered)
             else:
-                chunk.unrotate.apply(keys, block)
+                turn.apply(gathered, block)
         return inputs
+
+    def _turn(self, x: torch.Tensor, turn: Turn) -> None:
+        """``x`` ``[n, Hr, Dr]`` (rows of the compute dtype) turned in place."""
+        if self.kernels is not None:
+            self.kernels.turn(x, turn)
+        else:
+            turn.apply(x)
 
 
 def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *, dtype: torch.dtype,

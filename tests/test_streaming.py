@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from heterofold_hub import kernels
 from heterofold_hub.bench import text_of_length
 from heterofold_hub.data import read_texts
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
@@ -26,6 +27,17 @@ def demo(request):
     names = DEMO_PAIR if request.param == "l2q" else DEMO_PAIR[::-1]
     sender, receiver = Side.load(names[0]), Side.load(names[1])
     return TransferPipeline(resolve_adapter(sender, receiver).adapter, sender, receiver), sender
+
+
+@pytest.fixture(params=["kernel", "torch ops"])
+def path(request, monkeypatch):
+    """Both ways the fast path runs: the C kernel (CPU float32), and the torch ops (other devices or dtypes, or
+    no C compiler)."""
+    if request.param == "torch ops":
+        monkeypatch.setattr("heterofold_hub.streaming.kernels.load", lambda: None)
+    elif kernels.load() is None:
+        pytest.skip("no C compiler here")
+    return request.param
 
 
 def sender_cache(sender: Side, batch: list[str]):
@@ -54,7 +66,7 @@ def assert_same_cache(fast, reference, atol=1e-5):
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 50])
-def test_fast_path_equals_reference_on_a_padded_batch(demo, chunk_tokens):
+def test_fast_path_equals_reference_on_a_padded_batch(demo, chunk_tokens, path):
     pipe, sender = demo
     batch = [texts()[0][:1500], texts()[1][:600]]  # different lengths: left-padded receiver rows
     cache, plan = sender_cache(sender, batch), pipe.plan(batch)
@@ -64,7 +76,7 @@ def test_fast_path_equals_reference_on_a_padded_batch(demo, chunk_tokens):
 
 
 @pytest.mark.parametrize("sender_arch,receiver_arch", [("gpt_neox", "phi3"), ("phi3", "llama"), ("gpt2", "qwen2"), ("llama", "gpt2")])
-def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, receiver_arch, bpe, unigram):
+def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, receiver_arch, bpe, unigram, path):
     sender = Side.from_model(tiny_model(sender_arch, len(bpe), layers=3, seed=1), bpe)
     receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=2, seed=2), unigram)
     _, calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
@@ -75,7 +87,7 @@ def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, recei
     assert_same_cache(fast, reference_layers(pipe, cache, plan))
 
 
-def test_fast_path_equals_reference_for_a_map_that_does_not_fold():
+def test_fast_path_equals_reference_for_a_map_that_does_not_fold(path):
     """Dense Latent's MLP cannot be split by source, so it runs through ``map_layer`` on the gathered inputs."""
     bpe_sender = Side.load(DEMO_PAIR[0])
     receiver = Side.load(DEMO_PAIR[1])
@@ -98,7 +110,7 @@ def test_a_plan_for_another_sender_layout_is_refused(demo):
         LayerStream(pipe.adapter, plan, dtype=torch.float32)
 
 
-def test_peak_extra_memory_stays_within_two_receiver_layers(demo):
+def test_peak_extra_memory_stays_within_two_receiver_layers(demo, path):
     pipe, sender = demo
     text = text_of_length(read_texts("bundled:heldout"), pipe.receiver, 2048)
     cache, plan = sender_cache(sender, [text]), pipe.plan(text)

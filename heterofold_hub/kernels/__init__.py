@@ -1,0 +1,111 @@
+"""A small C kernel for the CPU fast path: gather sender rows and turn them by RoPE in one pass.
+
+On CPU the torch ops for a gather, a roll and two multiply-adds each make a full pass over tiny heads, and
+together they cost as much as the map's matmul. ``gather_turn.c`` does the same in one pass. It is
+compiled once per machine with the system C compiler (well under a second, no torch headers) into
+``$HF_FOLD_HOME/kernels`` and called through ``ctypes``. Without a compiler or with ``HF_FOLD_KERNELS=0``,
+:func:`load` returns None; then, and for anything but float32 CPU tensors, the torch ops run instead.
+Tests hold both paths to the reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("gather_turn.c")
+FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
+
+
+class Kernels:
+    """The compiled functions, taking tensors; each call refuses a layout it was not written for."""
+
+    def __init__(self, library: ctypes.CDLL):
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        self._gather_turn = library.hf_gather_turn
+        self._gather_turn.argtypes = [ptr, ptr, i64, i64, i64, ptr, i64, ptr, ptr, i64]
+        self._gather_turn.restype = None
+        self._turn = library.hf_turn
+        self._turn.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, i64]
+        self._turn.restype = None
+
+    def gather_turn(self, source: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, turn=None) -> None:
+        """``out[r, h] = turn(source[rows[r * H + h]])``. ``source`` ``[R, D]`` contiguous; ``rows`` ``[n * H]``
+        int64, each in ``[0, R)`` (the caller guarantees it: the kernel does not check); ``out`` ``[n, H, D]``
+        with contiguous heads, any row stride; ``turn`` a :class:`~heterofold_hub.plan.Turn` at these rows
+        (tables ``[n, 1, D]``), or None to copy."""
+        n, heads, dim = out.shape
+        _require(source.dtype == torch.float32 and source.device.type == "cpu" and source.is_contiguous()
+                 and source.dim() == 2 and source.shape[1] == dim, "source rows", source)
+        _require(rows.is_contiguous() and rows.dtype == torch.int64 and rows.numel() == n * heads, "rows", rows)
+        _require(_heads_contiguous(out), "output", out)
+        cos, sin, rotary = self._tables(turn, n, dim) if turn is not None else (None, None, 0)
+        self._gather_turn(source.data_ptr(), rows.data_ptr(), n, heads, dim, out.data_ptr(), out.stride(0),
+                          cos, sin, rotary)
+
+    def turn(self, x: torch.Tensor, turn) -> None:
+        """``x = turn(x)`` in place; ``x`` ``[n, H, D]`` with contiguous heads, any row stride."""
+        n, heads, dim = x.shape
+        _require(_heads_contiguous(x), "rows to turn", x)
+        self._turn(x.data_ptr(), n, heads, dim, x.stride(0), *self._tables(turn, n, dim))
+
+    @staticmethod
+    def _tables(turn, n: int, dim: int) -> tuple[int, int, int]:
+        for table in (turn.cos, turn.sin):
+            _require(table.dtype == torch.float32 and table.device.type == "cpu" and table.shape[0] == n
+                     and table.shape[-1] == dim and table.stride(0) == dim and table.stride(-1) == 1, "RoPE table", table)
+        return turn.cos.data_ptr(), turn.sin.data_ptr(), turn.rotary_dim
+
+
+def _heads_contiguous(x: torch.Tensor) -> bool:
+    return x.dtype == torch.float32 and x.device.type == "cpu" and x.stride(-1) == 1 and x.stride(-2) == x.shape[-1]
+
+
+def _require(ok: bool, what: str, tensor: torch.Tensor) -> None:
+    """The kernels read and write raw memory: refuse any layout they were not written for."""
+    if not ok:
+        raise ValueError(f"gather_turn kernel: unsupported {what}: {tuple(tensor.shape)} {tensor.dtype} "
+                         f"strides {tensor.stride()} on {tensor.device}")
+
+
+@functools.cache
+def load() -> Kernels | None:
+    """The compiled kernels, building them on first use; None where they cannot be built or are turned off."""
+    if os.environ.get("HF_FOLD_KERNELS", "1") == "0":
+        return None
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        return None
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_identity().encode()).hexdigest()[:16]
+    home = Path(os.environ.get("HF_FOLD_HOME") or Path.home() / ".cache" / "heterofold").expanduser()
+    library = home / "kernels" / f"gather_turn-{key}.so"
+    try:
+        if not library.exists():
+            library.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=library.parent) as scratch:  # same filesystem: the rename is atomic
+                built = Path(scratch) / library.name
+                subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True,
+                               timeout=120)
+                os.replace(built, library)
+        return Kernels(ctypes.CDLL(str(library)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_identity() -> str:
+    """What ``-march=native`` depends on, so a library built for one CPU is never loaded on another."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        flags = platform.processor()
+    return f"{platform.machine()} {flags}"

@@ -1,0 +1,81 @@
+"""The C gather/turn kernel against the torch ops it replaces, its refusals, and how it is built."""
+
+import pytest
+import torch
+
+from heterofold_hub import kernels
+from heterofold_hub.plan import Turn
+
+
+def tables(n: int, dim: int, rotary: int, *, seed: int = 0) -> Turn:
+    """A Turn at ``n`` rows (``[n, 1, dim]`` tables) with random angles, as plan tables are after ``at``."""
+    angles = torch.rand(1, n, rotary // 2, generator=torch.Generator().manual_seed(seed)) * 6.3
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    return Turn.from_tables((cos, sin), dim, inverse=False).at(slice(0, n))
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    built = kernels.load()
+    if built is None:
+        pytest.skip("no C compiler here: the torch ops serve instead (covered by test_streaming)")
+    return built
+
+
+@pytest.mark.parametrize("dim,rotary", [(24, 24), (48, 48), (32, 16), (10, 0)])
+def test_gather_turn_matches_the_torch_ops(kernel, dim, rotary):
+    n, heads, sources = 37, 3, 2
+    source = torch.randn(500, dim)
+    rows = torch.randint(0, 500, (n * heads,))
+    turn = tables(n, dim, rotary) if rotary else None
+    inputs = torch.full((n, sources * heads * dim), float("nan"))  # the block is a strided view of a wider input
+    block = inputs[:, heads * dim:].unflatten(-1, (heads, dim))
+    kernel.gather_turn(source, rows, block, turn)
+    gathered = source.index_select(0, rows).view(n, heads, dim)
+    expected = gathered.clone() if turn is None else turn.apply(gathered, torch.empty_like(gathered))
+    assert torch.allclose(block, expected, atol=1e-6, rtol=0)
+    assert inputs[:, :heads * dim].isnan().all()  # nothing written outside the block
+
+
+@pytest.mark.parametrize("dim,rotary", [(24, 24), (32, 16)])
+def test_turn_in_place_matches_the_torch_ops(kernel, dim, rotary):
+    x = torch.randn(19, 2, dim)
+    turn = tables(19, dim, rotary, seed=1)
+    expected = turn.apply(x.clone())
+    kernel.turn(x, turn)
+    assert torch.allclose(x, expected, atol=1e-6, rtol=0)
+
+
+def test_layouts_the_kernel_was_not_written_for_are_refused(kernel):
+    source, rows, out = torch.randn(50, 8), torch.zeros(6, dtype=torch.long), torch.empty(3, 2, 8)
+    bad = {
+        "source rows": (source.t().contiguous().t(), rows, out),           # transposed storage
+        "rows": (source, rows.int(), out),                                  # int32 rows
+        "output": (source, rows, torch.empty(3, 8, 2).transpose(1, 2)),    # heads not contiguous
+    }
+    for what, args in bad.items():
+        with pytest.raises(ValueError, match=what):
+            kernel.gather_turn(*args)
+    with pytest.raises(ValueError, match="source rows"):
+        kernel.gather_turn(source.double(), rows, out.double())  # float64
+    with pytest.raises(ValueError, match="RoPE table"):
+        kernel.turn(out, tables(4, 8, 8))  # tables for 4 rows, 3 given
+
+
+def test_built_once_per_machine_atomically_and_optional(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path))
+    build = kernels.load.__wrapped__  # load() itself is cached for the process
+    first = build()
+    if first is None:
+        pytest.skip("no C compiler here")
+    built = list((tmp_path / "kernels").iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"  # no scratch left behind
+    stamp = built[0].stat().st_mtime_ns
+    assert build() is not None and built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    monkeypatch.setenv("HF_FOLD_KERNELS", "0")
+    assert build() is None
+    monkeypatch.setenv("HF_FOLD_KERNELS", "1")
+    monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path / "other"))
+    monkeypatch.setenv("CC", "false")  # a "compiler" that fails: fall back, leave nothing half-built
+    assert build() is None
+    assert not any((tmp_path / "other" / "kernels").glob("*.so"))
