@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ..hub.local import default_root
+
 SOURCE = Path(__file__).with_name("gather_turn.c")
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
 
@@ -86,9 +88,8 @@ def load() -> Kernels | None:
     if compiler is None:
         return None
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_identity().encode()).hexdigest()[:16]
-    home = Path(os.environ.get("HF_FOLD_HOME") or Path.home() / ".cache" / "heterofold").expanduser()
-    library = home / "kernels" / f"gather_turn-{key}.so"
+    identity = " ".join([compiler, *FLAGS, _cpu_identity()]).encode()
+    library = default_root() / "kernels" / f"gather_turn-{hashlib.sha256(source + identity).hexdigest()[:16]}.so"
     try:
         if not library.exists():
             library.parent.mkdir(parents=True, exist_ok=True)
