@@ -55,4 +55,4 @@ def test_transfer_then_generate_on_demo_pair(demo):
         cache = sender.model(**sender.tokenizer(text, return_tensors="pt"), use_cache=True).cache
     result = pipe.transfer(cache, text)
     assert result.cache.layers[0].keys.shape[2] == len(receiver.tokenizer(text).input_ids) - 1
-    assert pipe.generate(result, max_new_tokens=8, do_sample=False).shape == (1, 8)
+    assert pipe.generate(result, max_new_tokens=8, min_new_tokens=8, do_sample=False).shape == (1, 8)

@@ -51,7 +51,7 @@ def test_from_pretrained_resolves_the_shipped_adapter_and_generates(sender, rece
     result = model.transfer(cache, TEXT)
     assert not result.prefilled
     assert result.cache.layers[0].keys.shape[2] == len(model.receiver.tokenizer(TEXT).input_ids) - 1
-    assert model.generate(result, max_new_tokens=6, do_sample=False).shape == (1, 6)
+    assert model.generate(result, max_new_tokens=6, min_new_tokens=6, do_sample=False).shape == (1, 6)
 
 
 def test_shipped_v1_1_0_records_the_weights_hash_and_v1_0_0_stays_pinnable():
@@ -138,7 +138,7 @@ def test_no_adapter_falls_back_to_prefill_only_when_asked(pair_dirs):
     assert any("prefill" in str(w.message) for w in caught)
     batch = model.transfer(None, [TEXT, TEXT[:20]])
     assert batch.prefilled and batch.input_ids.shape[0] == 2
-    assert model.generate(batch, max_new_tokens=3, do_sample=False).shape == (2, 3)
+    assert model.generate(batch, max_new_tokens=3, min_new_tokens=3, do_sample=False).shape == (2, 3)
     # The fallback cache continues exactly like the receiver's own prefill of the same text.
     result = model.transfer(None, TEXT)
     ids = model.receiver.tokenizer(TEXT, return_tensors="pt").input_ids
