@@ -5,9 +5,10 @@ import torch
 
 from heterofold_hub.arch import KVSpec
 from heterofold_hub.calibration import CalibrationSet
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, TrainingError
 from heterofold_hub.methods import METHODS, get_method, register_method
 from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods.dense_latent import _descend
 from heterofold_hub.methods.kv_ridge import best_correlated_layers
 from heterofold_hub.stats import moment_match, ridge
 
@@ -68,6 +69,21 @@ def test_dense_latent_learns_to_reconstruct():
         return (k - calib.receiver[0][0]).pow(2).mean() / calib.receiver[0][0].var()
 
     assert error(trained) < 0.5 * error(untrained)
+
+
+
+def test_dense_latent_stops_at_the_first_step_that_diverges():
+    with pytest.raises(TrainingError, match=r"MSE step 1 made the loss (nan|inf) \(lr=1e\+30\)\. Lower the learning rate, e.g. lr=1e\+29"):
+        get_method("dense-latent").fit(synthetic_calibration(200), mse_steps=5, lr=1e30, progress=False)
+    calib = synthetic_calibration(200)
+    calib.receiver[1][0][7, 2] = float("nan")
+    with pytest.raises(TrainingError, match=r"MSE step 0 made the loss nan"):
+        get_method("dense-latent").fit(calib, mse_steps=5, progress=False)
+    # A finite loss whose update leaves inf weights (SGD with an infinite rate) is caught before the next step.
+    layer = torch.nn.Linear(3, 1)
+    loss = layer(torch.ones(2, 3)).pow(2).mean()
+    with pytest.raises(TrainingError, match=r"receiver NLL step 4 left NaN/inf in the weights \['weight'"):
+        _descend(torch.optim.SGD(layer.parameters(), lr=float("inf")), loss, layer, phase="receiver NLL", step=4, lr=1.0)
 
 
 def test_unknown_method_lists_valid_ones():

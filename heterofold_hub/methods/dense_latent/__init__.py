@@ -12,6 +12,7 @@ from rich.progress import Progress
 from torch import nn
 
 from ...alignment import layers_by_depth
+from ...errors import TrainingError
 from ..affine import config_for
 from ..base import PairAdapter, register_method
 
@@ -67,7 +68,7 @@ class DenseLatentAdapter(PairAdapter):
         generator = torch.Generator().manual_seed(seed)
         with Progress(disable=not progress, transient=True) as bar:
             task = bar.add_task("dense-latent: MSE", total=mse_steps)
-            for _ in range(mse_steps):
+            for step in range(mse_steps):
                 pick = torch.randint(0, calib.tokens, (tokens_per_step,), generator=generator)
                 loss = 0.0
                 for r in range(len(sources)):
@@ -75,9 +76,7 @@ class DenseLatentAdapter(PairAdapter):
                     for kind, pred in (("k", k), ("v", v)):
                         scale = getattr(adapter, f"{kind}_out_scale")[r]
                         loss = loss + ((pred - targets[kind][r][pick]) / scale).pow(2).mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                _descend(optimizer, loss, adapter, phase="MSE", step=step, lr=lr)
                 bar.advance(task)
             if batches and receiver is not None and nll_steps:
                 from ...forward import transferred_logits  # late import: forward imports methods
@@ -87,8 +86,24 @@ class DenseLatentAdapter(PairAdapter):
                     batch = batches[step % len(batches)]
                     logits = transferred_logits(adapter, receiver, batch)
                     loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                    _descend(optimizer, loss, adapter, phase="receiver NLL", step=step, lr=lr)
                     bar.advance(task)
         return adapter.requires_grad_(False).eval()
+
+
+def _descend(optimizer, loss: torch.Tensor, adapter: nn.Module, *, phase: str, step: int, lr: float) -> None:
+    """One optimizer step that refuses to go on from a NaN/inf loss, or to leave NaN/inf weights behind."""
+    if torch.isfinite(loss):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        broken = [name for name, p in adapter.named_parameters() if not torch.isfinite(p).all()]
+        if not broken:
+            return
+        what = f"left NaN/inf in the weights {broken[:3]}"
+    else:
+        what = f"made the loss {loss.item()}"
+    raise TrainingError(
+        f"dense-latent diverged: {phase} step {step} {what} (lr={lr}). "
+        f"Lower the learning rate, e.g. lr={lr / 10:g}, or check the calibration data for NaN/inf."
+    )
