@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,34 @@ def test_killed_run_resumes_to_the_same_adapter(setup, tmp_path):
     for k, v in straight.state_dict().items():
         assert torch.allclose(resumed.state_dict()[k], v, atol=1e-6), k
 
+
+
+class UnwritableSave(Callback):
+    """The save at step ``at`` fails while being written (torch.save cannot pickle a lambda), as a kill would."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        if trainer.global_step == self.at:
+            checkpoint["unpicklable"] = lambda: None
+
+
+def test_a_failed_save_leaves_the_last_checkpoint_whole_and_resumable(setup, tmp_path, monkeypatch):
+    calib, batches, receiver = setup
+    # No system temp folder: checkpoints must be written beside their final name, not moved in from elsewhere.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-temp-folder"))
+    out = tmp_path / "run"
+    kw = dict(steps=6, lr=1e-2, progress=False, seed=5, default_root_dir=str(out))
+    with pytest.raises(Exception, match="pickle"):
+        calibrate(calib, batches, receiver, callbacks=[UnwritableSave(3)], **kw)
+    assert sorted(p.name for p in out.iterdir()) == ["last.ckpt", "previous.ckpt"]  # no temporary left behind
+    assert torch.load(out / "last.ckpt", weights_only=True)["global_step"] == 2
+    assert torch.load(out / "previous.ckpt", weights_only=True)["global_step"] == 2  # kept just before the failed write
+    resumed = calibrate(calib, batches, receiver, ckpt_path="last", **kw)
+    straight = calibrate(calib, batches, receiver, **{**kw, "default_root_dir": str(tmp_path / "straight")})
+    for k, v in straight.state_dict().items():
+        assert torch.allclose(resumed.state_dict()[k], v, atol=1e-6), k
 
 def test_two_process_ddp_on_cpu_ends_with_identical_weights(tmp_path):
     script = Path(__file__).parent / "ddp_fit.py"

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from heterofold_hub.methods import get_method
 
+from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule
 from .faults import GoodCheckpoint, training_faults
 from .module import CalibrationModule
@@ -39,6 +40,7 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
         accumulate_grad_batches=accumulate, enable_progress_bar=progress, enable_model_summary=False,
         logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
         deterministic=True, callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
+        plugins=[AtomicCheckpointIO()],
     )
     settings = {"--accumulate": accumulate, "--batch-size": len(batches[0]) if batches else None}
     with training_faults(lr=lr, precision=precision, guard=guard, settings=settings):

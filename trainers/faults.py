@@ -9,6 +9,7 @@ back as ``last.ckpt``: every step from it on had a finite loss.
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,8 +45,8 @@ class GoodCheckpoint(Callback):
         if not trainer.is_global_zero:
             return
         self.last = Path(trainer.checkpoint_callback.last_model_path)  # Lightning writes here right after this hook
-        if self.last.is_file():
-            os.replace(self.last, self.last.with_name(PREVIOUS))
+        if self.last.is_file():  # keep it as previous.ckpt; last.ckpt stays until the new one replaces it
+            _keep_as(self.last, self.last.with_name(PREVIOUS))
             self.saved[PREVIOUS] = self.saved.get(self.last.name)
         self.saved[self.last.name] = trainer.global_step
 
@@ -70,6 +71,21 @@ class GoodCheckpoint(Callback):
         step = self.saved.get(self.last.name)
         which = f"step {step}" if step is not None else "from an earlier run"
         return f"The last good checkpoint ({which}) is kept at {self.last}."
+
+
+def _keep_as(source: Path, target: Path) -> None:
+    """``target`` becomes a second name for ``source``'s bytes (a hard link; a copy where links are not supported).
+
+    Moving ``source`` away instead would leave no ``last.ckpt`` until the next save lands, so a run killed in
+    between could not resume. The link is safe because checkpoints are replaced by a rename
+    (``AtomicCheckpointIO``), never rewritten in place."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)
+    try:
+        os.link(source, temporary)
+    except OSError:
+        shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
