@@ -26,8 +26,19 @@ BATCH_SIZE = typer.Option(8, help="Windows per forward pass / optimizer step.")
 SEED = typer.Option(0, help="Seed: same seed, same result (on CPU).")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from heterofold_hub import __version__
+
+        console.print(f"hf-fold {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors.")):
+def main(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+):
     DEBUG["on"] = debug or bool(os.environ.get("HF_FOLD_DEBUG"))
 
 
@@ -284,27 +295,42 @@ def search_command(
     run_search(text, registry_path=registry, console=console)
 
 
+@app.command("env")
+def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
+    """Show what this install runs with: versions, devices, folders and the CPU kernel. Paste it into bug reports.
+
+    Examples:
+
+      hf-fold env
+
+      hf-fold env --json
+    """
+    import json
+
+    from rich.table import Table
+
+    from heterofold_hub.environment import describe
+
+    info = describe()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(show_header=False, box=None)
+    for name, value in info.items():
+        table.add_row(f"[bold]{name}[/]", value)
+    console.print(table, highlight=False)
+
+
 def run() -> None:
-    """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks)."""
+    """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks).
+    Usage errors (an unknown option, a missing argument) are click's own to print, with exit code 2."""
     try:
-        app(standalone_mode=False)
+        app()
     except HeteroFoldError as err:
         if DEBUG["on"]:
             raise
         console.print(f"[bold red]error:[/] {err}", highlight=False)
         sys.exit(2)
-    except typer.Exit as exit_:
-        sys.exit(exit_.exit_code)
-    except Exception as err:  # click usage errors and the like
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        if isinstance(err, click.exceptions.Abort):
-            sys.exit(1)
-        raise
-
 
 if __name__ == "__main__":
     run()

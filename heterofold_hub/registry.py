@@ -355,6 +355,11 @@ class Registry:
         return "\n".join(lines)
 
 
+def default_registry_path() -> Path:
+    """``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root."""
+    return Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
+
+
 def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = False) -> Registry:
     """``registry`` as a Registry: itself, the file at a path (empty, but saving there, if it does not exist
     yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root).
@@ -362,8 +367,7 @@ def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_
     registry)."""
     if isinstance(registry, Registry):
         return registry
-    path = Path(registry if registry is not None else
-                os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
+    path = Path(registry) if registry is not None else default_registry_path()
     if must_exist and registry is not None and not path.is_file():
         raise RegistryError(f"{path}: no such registry file. Pass an existing registry.json, or leave out --registry "
                             "for the project's own.")

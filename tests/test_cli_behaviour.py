@@ -1,6 +1,8 @@
 """Every `hf-fold` command: `--help` shows examples; bad arguments exit non-zero with one short message and no
 traceback; `--debug` shows the traceback."""
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -19,6 +21,7 @@ BAD = {
     "list": (["--registry", "/no/such/registry.json"], "/no/such/registry.json"),
     "show": (["nobody/no-such-adapter"], "nobody/no-such-adapter"),
     "search": (["--registry", "/no/such/registry.json", "qwen"], "/no/such/registry.json"),
+    "env": (["--nope"], "No such option: --nope"),  # a usage error from the parser itself
 }
 
 
@@ -43,6 +46,26 @@ def test_bad_arguments_give_one_clear_message_and_no_traceback(command):
     assert expected in output
     message = [line for line in output.splitlines() if line.strip() and "Loading weights" not in line]
     assert 0 < len(message) <= 12, output  # a paragraph, not a dump
+
+
+def test_version_and_env_say_what_is_installed():
+    from importlib import metadata
+
+    import torch
+
+    from heterofold_hub import __version__
+
+    version = hf_fold("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"hf-fold {__version__}"
+    assert metadata.version("heterofold-hub") == __version__  # the package metadata reads the same one place
+    env = hf_fold("env", "--json")
+    assert env.returncode == 0, env.stderr
+    info = json.loads(env.stdout)
+    assert info["heterofold-hub"] == __version__ and info["torch"] == torch.__version__
+    assert info["transformers"] == metadata.version("transformers")
+    assert info["cpu kernel"].startswith(("on: ", "off ", "no C compiler", "could not be built"))
+    table = hf_fold("env")
+    assert table.returncode == 0 and "huggingface_hub" in table.stdout and info["registry"] in table.stdout
 
 
 def test_debug_shows_the_traceback():

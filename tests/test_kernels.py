@@ -64,18 +64,23 @@ def test_layouts_the_kernel_was_not_written_for_are_refused(kernel):
 
 def test_built_once_per_machine_atomically_and_optional(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path))
-    build = kernels.load.__wrapped__  # load() itself is cached for the process
-    first = build()
+    build = kernels._loaded.__wrapped__  # load() and status() are cached for the process: (kernels, status line)
+    first, _ = build()
     if first is None:
         pytest.skip("no C compiler here")
     built = list((tmp_path / "kernels").iterdir())
     assert len(built) == 1 and built[0].suffix == ".so"  # no scratch left behind
     stamp = built[0].stat().st_mtime_ns
-    assert build() is not None and built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    again, line = build()
+    assert again is not None and built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert line == f"on: {built[0]}"
     monkeypatch.setenv("HF_FOLD_KERNELS", "0")
-    assert build() is None
+    assert build() == (None, "off (HF_FOLD_KERNELS=0): torch ops")
     monkeypatch.setenv("HF_FOLD_KERNELS", "1")
+    monkeypatch.setenv("CC", "no-such-compiler")
+    assert build() == (None, "no C compiler ('no-such-compiler' not found; set CC to one): torch ops")
     monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "false")  # a "compiler" that fails: fall back, leave nothing half-built
-    assert build() is None
+    kernel, line = build()
+    assert kernel is None and line.startswith("could not be built with ") and line.endswith(": torch ops")
     assert not any((tmp_path / "other" / "kernels").glob("*.so"))

@@ -79,14 +79,24 @@ def _require(ok: bool, what: str, tensor: torch.Tensor) -> None:
                          f"strides {tensor.stride()} on {tensor.device}")
 
 
-@functools.cache
 def load() -> Kernels | None:
     """The compiled kernels, building them on first use; None where they cannot be built or are turned off."""
+    return _loaded()[0]
+
+
+def status() -> str:
+    """One line on whether the kernels run here, and if not, why not (for ``hf-fold env`` and bug reports)."""
+    return _loaded()[1]
+
+
+@functools.cache  # once per process: the environment is read, and the library built or found, on first use
+def _loaded() -> tuple[Kernels | None, str]:
     if os.environ.get("HF_FOLD_KERNELS", "1") == "0":
-        return None
-    compiler = shutil.which(os.environ.get("CC", "cc"))
+        return None, "off (HF_FOLD_KERNELS=0): torch ops"
+    name = os.environ.get("CC", "cc")
+    compiler = shutil.which(name)
     if compiler is None:
-        return None
+        return None, f"no C compiler ({name!r} not found; set CC to one): torch ops"
     source = SOURCE.read_bytes()
     identity = " ".join([compiler, *FLAGS, _cpu_identity()]).encode()
     library = default_root() / "kernels" / f"gather_turn-{hashlib.sha256(source + identity).hexdigest()[:16]}.so"
@@ -98,9 +108,9 @@ def load() -> Kernels | None:
                 subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True,
                                timeout=120)
                 os.replace(built, library)
-        return Kernels(ctypes.CDLL(str(library)))
-    except (OSError, subprocess.SubprocessError):
-        return None
+        return Kernels(ctypes.CDLL(str(library))), f"on: {library}"
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"could not be built with {compiler} ({type(err).__name__}): torch ops"
 
 
 def _cpu_identity() -> str:
