@@ -332,5 +332,6 @@ def run() -> None:
         console.print(f"[bold red]error:[/] {err}", highlight=False)
         sys.exit(2)
 
+
 if __name__ == "__main__":
     run()
