@@ -133,3 +133,22 @@ def test_other_errors_pass_through_untranslated():
     with pytest.raises(RuntimeError, match="shape mismatch"):
         with training_faults(lr=1e-3, precision="32-true"):
             raise RuntimeError("shape mismatch")
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_the_previous_checkpoint_is_kept_beside_last_without_moving_it(tmp_path, monkeypatch, links):
+    """A hard link where the filesystem has them, a copy where it does not; last.ckpt never disappears."""
+    from trainers import faults
+
+    if not links:
+        def no_links(*_):
+            raise OSError("hard links are not supported on this filesystem")
+
+        monkeypatch.setattr(faults.os, "link", no_links)
+    last, previous = tmp_path / "last.ckpt", tmp_path / "previous.ckpt"
+    previous.write_bytes(b"older")
+    last.write_bytes(b"newer")
+    faults._keep_as(last, previous)
+    assert last.read_bytes() == previous.read_bytes() == b"newer"
+    assert last.samefile(previous) == links
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "previous.ckpt"]
