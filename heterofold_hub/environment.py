@@ -28,7 +28,7 @@ def describe() -> dict[str, str]:
     info["cuda"] = (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
                     if torch.cuda.is_available() else "not available")
     info["cpu kernel"] = kernels.status()
-    info["adapter home"] = f"{default_root()}" + ("" if os.environ.get("HF_FOLD_HOME") else " (set HF_FOLD_HOME to move it)")
+    info["adapter home"] = str(default_root()) + ("" if os.environ.get("HF_FOLD_HOME") else " (set HF_FOLD_HOME to move it)")
     info["registry"] = str(default_registry_path())
     info["hub endpoint"] = os.environ.get("HF_ENDPOINT") or "https://huggingface.co (HF_ENDPOINT unset)"
     return info

@@ -129,6 +129,6 @@ class PairAdapter(nn.Module, ABC):
 
     def affine_maps(self, layer: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
         """Layer ``layer``'s map as ``((k_weight, k_bias), (v_weight, v_bias))`` (weights ``[in, out]``, biases
-        ``[out]``) when it is affine, else None. With them the fast path writes the map's output straight into the
-        receiver cache (values one source layer's block of rows at a time) instead of copying :meth:`map_layer`'s."""
+        ``[out]``) when it is affine, else None. With them the fast path maps each chunk of rows with one ``addmm``
+        straight into the receiver cache instead of copying :meth:`map_layer`'s output there."""
         return None
