@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import AlignmentError
+from .errors import AlignmentError, HeteroFoldError
 
 
 def char_owner(sender_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
@@ -123,11 +123,26 @@ def align_batch(
     return TokenAlignment(sender_index=index, receiver_ids=ids, attention_mask=mask, native_prefix=native)
 
 
-def layers_by_depth(sender_layers: int, receiver_layers: int, k: int = 2) -> list[list[int]]:
-    """For each receiver layer, the ``k`` sender layers nearest its relative depth (sorted, distinct)."""
+SENDER_LAYERS = ("all", "full")
+
+
+def source_candidates(spec, which: str = "all") -> list[int]:
+    """The sender layers a map may draw from: ``"all"``, or ``"full"``: only layers whose cache keeps every
+    position (Gemma 3's global layers), so the map also works from a default cache whose sliding-window layers
+    kept only their window."""
+    if which not in SENDER_LAYERS:
+        raise HeteroFoldError(f"sender_layers={which!r}; choose one of {', '.join(SENDER_LAYERS)}.")
+    return list(range(spec.num_layers)) if which == "all" else spec.full_layers
+
+
+def layers_by_depth(sender_layers: int, receiver_layers: int, k: int = 2,
+                    candidates: list[int] | None = None) -> list[list[int]]:
+    """For each receiver layer, the ``k`` sender layers (of ``candidates``, default all) nearest its relative
+    depth (sorted, distinct)."""
+    candidates = list(range(sender_layers)) if candidates is None else candidates
     plan = []
     for layer in range(receiver_layers):
         depth = layer * (sender_layers - 1) / max(receiver_layers - 1, 1)
-        order = sorted(range(sender_layers), key=lambda s: (abs(s - depth), s))
-        plan.append(sorted(order[: min(k, sender_layers)]))
+        order = sorted(candidates, key=lambda s: (abs(s - depth), s))
+        plan.append(sorted(order[: min(k, len(candidates))]))
     return plan

@@ -10,6 +10,7 @@ rotary (GPT-NeoX, Phi-3) and theta are exactly what the model uses. Models with 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+import inspect
 
 import torch
 from torch import nn
@@ -20,11 +21,13 @@ from .errors import UnsupportedArchitectureError
 # an architecture that is not listed is refused rather than mapped with a guessed layout.
 ROTATE_HALF = "rotate_half"  # rotary on the first `rotary_dim` dims, halves rotated (HF default)
 ABSOLUTE = "absolute"  # no rotary: positions live in the hidden states (GPT-2)
+SLIDING = "sliding_attention"  # transformers' name for a sliding-window layer type
 SUPPORTED_ARCHITECTURES = {
     "llama": ROTATE_HALF,
     "mistral": ROTATE_HALF,
     "qwen2": ROTATE_HALF,
     "gemma": ROTATE_HALF,
+    "gemma3_text": ROTATE_HALF,  # per-layer-type RoPE (local / global), QK-norm, sliding-window layers
     "phi3": ROTATE_HALF,
     "gpt_neox": ROTATE_HALF,
     "gpt2": ABSOLUTE,
@@ -33,7 +36,13 @@ SUPPORTED_ARCHITECTURES = {
 
 @dataclass(frozen=True)
 class KVSpec:
-    """Shape of one model's KV cache: ``num_layers`` layers of ``[batch, kv_heads, seq, head_dim]``."""
+    """Shape of one model's KV cache: ``num_layers`` layers of ``[batch, kv_heads, seq, head_dim]``.
+
+    Models that mix attention types (Gemma 3: sliding-window and full layers, each type with its own RoPE)
+    record ``layer_types`` (one per layer) and ``sliding_window``; a sliding layer's cache keeps only the last
+    ``sliding_window - 1`` positions. Both stay None for models whose layers are all alike, and are left out
+    of :meth:`to_dict` then, so adapters fitted before they existed still match.
+    """
 
     model_type: str
     num_layers: int
@@ -41,14 +50,44 @@ class KVSpec:
     head_dim: int
     rope: str
     max_positions: int
+    layer_types: tuple[str, ...] | None = None
+    sliding_window: int | None = None
 
     @property
     def width(self) -> int:
         """Features per token and layer once heads are flattened: ``kv_heads * head_dim``."""
         return self.kv_heads * self.head_dim
 
+    def layer_type(self, layer: int) -> str | None:
+        """Layer ``layer``'s attention type ("sliding_attention", "full_attention"), or None if all are alike."""
+        return None if self.layer_types is None else self.layer_types[layer]
+
+    def window(self, layer: int) -> int | None:
+        """How many most recent positions layer ``layer``'s cache keeps (None: all of them)."""
+        return self.sliding_window - 1 if self.layer_type(layer) == SLIDING else None
+
+    @property
+    def windows(self) -> list[int | None]:
+        """Per layer, how many most recent positions its cache keeps (None: all)."""
+        return [self.window(i) for i in range(self.num_layers)]
+
+    @property
+    def full_layers(self) -> list[int]:
+        """Layers whose cache keeps every position."""
+        return [i for i, window in enumerate(self.windows) if window is None]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "KVSpec":
+        types = data.get("layer_types")
+        return cls(**{**data, "layer_types": tuple(types) if types is not None else None})
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if self.layer_types is None:
+            del data["layer_types"], data["sliding_window"]
+        else:
+            data["layer_types"] = list(self.layer_types)
+        return data
 
 
 def _first(config, *names, default=None):
@@ -74,6 +113,9 @@ def kv_spec(model_or_config) -> KVSpec:
         )
     heads = _first(config, "num_attention_heads", "n_head")
     hidden = _first(config, "hidden_size", "n_embd")
+    layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    mixed = layer_types is not None and SLIDING in layer_types and window is not None
     return KVSpec(
         model_type=model_type,
         num_layers=_first(config, "num_hidden_layers", "n_layer"),
@@ -81,12 +123,15 @@ def kv_spec(model_or_config) -> KVSpec:
         head_dim=_first(config, "head_dim", default=hidden // heads),
         rope=SUPPORTED_ARCHITECTURES[model_type],
         max_positions=_first(config, "max_position_embeddings", "n_positions"),
+        layer_types=tuple(layer_types) if mixed else None,
+        sliding_window=window if mixed else None,
     )
 
 
 def rotary_module(model: nn.Module) -> nn.Module | None:
     """The model's own rotary embedding module (``model.model.rotary_emb`` and kin), or None."""
     base = getattr(model, "base_model", model)
+    base = getattr(base, "language_model", base)  # multimodal wrappers (Gemma 3) nest the text model
     return getattr(base, "rotary_emb", None)
 
 
@@ -95,8 +140,12 @@ def rotary_from_config(config) -> nn.Module:
     import importlib
     import inspect
 
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+    # the module of the model class transformers builds for this type (gemma3_text lives in models/gemma3/)
+    module = importlib.import_module(getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]).__module__)
     found = [c for name, c in vars(module).items()
              if name.endswith("RotaryEmbedding") and inspect.isclass(c) and c.__module__ == module.__name__]
     if len(found) != 1:
@@ -112,7 +161,8 @@ class Rope:
 
     ``cos``/``sin`` come from the model's rotary module as ``[batch, seq, rotary_dim]``; only the
     first ``rotary_dim`` dims of each head rotate (partial rotary), the rest pass through. Built from a
-    loaded model, or from its config alone (a sender whose weights were never loaded).
+    loaded model, or from its config alone (a sender whose weights were never loaded). A module that keeps
+    one table per layer type (Gemma 3: local theta 1e4, global 1e6) is asked for the type of each layer.
     """
 
     def __init__(self, model_or_config):
@@ -126,14 +176,29 @@ class Rope:
                     f"{self.spec.model_type!r} model has no `rotary_emb` module on its base model; "
                     "HeteroFold cannot un-rotate its keys. Load it with transformers' own modeling code."
                 )
+        forward = inspect.signature(self.module.forward).parameters if self.module is not None else {}
+        self.per_layer_type = "layer_type" in forward
 
-    def tables(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """cos, sin ``[batch, seq, rotary_dim]`` for ``position_ids`` ``[batch, seq]``, or None (no RoPE)."""
+    def tables(self, position_ids: torch.Tensor, dtype: torch.dtype,
+               layer_type: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos, sin ``[batch, seq, rotary_dim]`` for ``position_ids`` ``[batch, seq]`` at layers of ``layer_type``,
+        or None (no RoPE)."""
         if self.module is None:
             return None
         probe = torch.empty(0, dtype=torch.float32, device=position_ids.device)
-        cos, sin = self.module(probe, position_ids)
+        if self.per_layer_type:
+            if layer_type is None:
+                raise UnsupportedArchitectureError(f"{self.spec.model_type!r} keeps one RoPE table per layer type; "
+                                                   "name the layer type (spec.layer_type(layer)).")
+            cos, sin = self.module(probe, position_ids, layer_type)
+        else:
+            cos, sin = self.module(probe, position_ids)
         return cos.to(dtype), sin.to(dtype)
+
+    def tables_per_layer(self, position_ids: torch.Tensor, dtype: torch.dtype) -> list:
+        """:meth:`tables` for every layer (computed once per layer type, shared between layers of a type)."""
+        by_type = {t: self.tables(position_ids, dtype, t) for t in {self.spec.layer_type(i) for i in range(self.spec.num_layers)}}
+        return [by_type[self.spec.layer_type(i)] for i in range(self.spec.num_layers)]
 
     @staticmethod
     def _rotate_half(x: torch.Tensor) -> torch.Tensor:

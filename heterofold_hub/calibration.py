@@ -8,7 +8,7 @@ import torch
 from rich.progress import Progress
 
 from .arch import KVSpec
-from .kvcache import cache_layers
+from .kvcache import cache_layers, full_cache
 from .models import Side
 from .transfer import receiver_targets
 from .windows import Batch, Window, prepare_batch
@@ -42,6 +42,7 @@ def receiver_features(receiver: Side, batch: Batch) -> list[tuple[torch.Tensor, 
             input_ids=alignment.receiver_ids.to(receiver.model.device),
             attention_mask=alignment.attention_mask.to(receiver.model.device),
             use_cache=True,
+            cache=full_cache(),
         )
     return receiver_targets(cache_layers(out.cache), alignment.receiver_positions, receiver.rope)
 

@@ -6,22 +6,24 @@ import torch
 
 from .kvcache import build_cache
 from .methods.base import PairAdapter
-from .models import Side
+from .models import Side, keep_logits
 from .transfer import assemble, native_prefix_kv
 from .windows import Batch
 
 
 def native_logits(receiver: Side, batch: Batch) -> torch.Tensor:
     """``[B, M, V]`` after the receiver's own prefill of the context (the quality reference)."""
-    out = receiver.model(input_ids=batch.native_ids.to(receiver.model.device))
-    return out.logits[:, -batch.query.shape[1] :].float()
+    steps = batch.query.shape[1]  # logits of the scored positions only: a 262k vocabulary x every position is GBs
+    out = receiver.model(input_ids=batch.native_ids.to(receiver.model.device), **keep_logits(receiver.model, steps))
+    return out.logits[:, -steps:].float()
 
 
 def no_context_logits(receiver: Side, batch: Batch) -> torch.Tensor:
     """``[B, M, V]`` when the receiver sees only its prefix special tokens and the query."""
     ids = torch.cat([batch.prefix.expand(len(batch), -1), batch.query], dim=1)
-    out = receiver.model(input_ids=ids.to(receiver.model.device))
-    return out.logits[:, -batch.query.shape[1] :].float()
+    steps = batch.query.shape[1]
+    out = receiver.model(input_ids=ids.to(receiver.model.device), **keep_logits(receiver.model, steps))
+    return out.logits[:, -steps:].float()
 
 
 def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch) -> torch.Tensor:

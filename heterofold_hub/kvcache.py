@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .arch import KVSpec
 from .errors import PairMismatchError
@@ -24,13 +25,30 @@ def cache_layers(cache) -> list[LayerKV]:
     return [(layer.keys, layer.values) for layer in layers]
 
 
-def build_cache(layers: list[LayerKV]) -> DynamicCache:
+def full_cache() -> DynamicCache:
+    """An empty cache whose every layer keeps every position. A model's default cache keeps only the last
+    ``sliding_window - 1`` positions of its sliding-window layers (Gemma 3); features and targets need them all.
+    The model still masks attention to its window, so outputs do not change."""
+    return DynamicCache()
+
+
+def build_cache(layers: list[LayerKV], *, windows: list[int | None] | None = None, tokens: int | None = None) -> DynamicCache:
     """A ``DynamicCache`` holding ``layers`` (each ``[batch, kv_heads, seq, head_dim]``) without copying them.
 
-    ``DynamicCache(ddp_cache_data=layers)`` would concatenate each layer onto an empty tensor, a copy of the
-    whole cache at once; the layers are adopted as they are instead (what that update leaves behind)."""
+    ``windows[i]`` (from the receiver's :meth:`KVSpec.window`) makes layer ``i`` a sliding-window layer that keeps
+    only its last ``windows[i]`` positions (a view of a longer layer given to it) and has seen ``tokens``
+    positions (default: the longest layer's length), exactly as after the receiver's own prefill, so ``generate``
+    continues the same way. ``DynamicCache(ddp_cache_data=layers)`` would concatenate each layer onto an empty
+    tensor, a copy of the whole cache at once; the layers are adopted as they are."""
+    windows = windows or [None] * len(layers)
+    tokens = tokens or max(k.shape[2] for k, _ in layers)
     cache = DynamicCache(ddp_cache_data=[(None, None)] * len(layers))
-    for layer, (keys, values) in zip(cache.layers, layers):
+    for i, (keys, values) in enumerate(layers):
+        if windows[i] is not None:
+            layer = cache.layers[i] = DynamicSlidingWindowLayer(sliding_window=windows[i] + 1)
+            keys, values = keys[:, :, -windows[i]:], values[:, :, -windows[i]:]
+            layer.cumulative_length = tokens
+        layer = cache.layers[i]
         layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values
     return cache

@@ -10,27 +10,40 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from .arch import KVSpec, Rope, kv_spec
 from .errors import AlignmentError, HeteroFoldError
+from .sources import PACKAGED, is_gguf, local_gguf, revision_of
 from .zoo import DEMO_MODELS, resolve_demo
 
 
 def resolve(name_or_path: str) -> str:
-    """A demo id becomes its shipped folder; anything else is passed to transformers as is."""
+    """A demo id becomes its shipped folder, a GGUF id or ``.gguf`` path its converted folder (converted on
+    first use); anything else is passed to transformers as is."""
     name = str(name_or_path)
     demo = resolve_demo(name)
     if demo is not None:
         return str(demo)
+    if is_gguf(name):
+        return local_gguf(name)
     if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
         raise HeteroFoldError(
             f"Local model folder {name!r} does not exist. Pass an existing folder (with config.json), "
-            f"a Hub id such as 'meta-llama/Llama-3.1-8B', or a demo id ({', '.join(DEMO_MODELS)})."
+            f"a Hub id such as 'meta-llama/Llama-3.1-8B', a .gguf file, or a shipped id ({', '.join(KNOWN_IDS)})."
         )
     return name
 
 
+KNOWN_IDS = (*DEMO_MODELS, *PACKAGED)  # ids that load with no network: demo models and packaged GGUF models
+
+
+def source_revision(name_or_path: str) -> str | None:
+    """The revision a converted GGUF source records (``sha256:<file hash>``), else None (Hub ids, folders)."""
+    name = str(name_or_path)
+    return revision_of(resolve(name)) if is_gguf(name) or Path(name).is_dir() else None
+
+
 def _not_found(name: str, err: Exception) -> HeteroFoldError:
     return HeteroFoldError(
-        f"Model {name!r} could not be loaded: it is not a local folder, not a shipped demo model "
-        f"({', '.join(DEMO_MODELS)}), and the Hub could not provide it ({type(err).__name__}: "
+        f"Model {name!r} could not be loaded: it is not a local folder, not a shipped model "
+        f"({', '.join(KNOWN_IDS)}), and the Hub could not provide it ({type(err).__name__}: "
         f"{str(err).splitlines()[0] if str(err) else ''}). Check the spelling, pass a local folder, or "
         "download it first (`hf download ORG/NAME`) and run with HF_HUB_OFFLINE=1."
     )
@@ -90,12 +103,17 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_file
     return tok
 
 
-def cache_only(model) -> dict:
-    """Forward kwargs that skip the LM head on all but the last position: a prefill wants the cache, and the
-    head over every position costs as much as a layer or two at small sizes."""
+def keep_logits(model, positions: int) -> dict:
+    """Forward kwargs that compute the LM head on the last ``positions`` positions only (where the model
+    supports it): the head over every position of a 262k vocabulary costs GBs and as much time as many layers."""
     import inspect
 
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    return {"logits_to_keep": positions} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def cache_only(model) -> dict:
+    """Forward kwargs for a prefill, which wants the cache: logits for the last position only."""
+    return keep_logits(model, 1)
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,13 +131,24 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens:
 
 @dataclass
 class Side:
-    """One end of a pair: its id, tokenizer, KV layout and RoPE (and the model when loaded)."""
+    """One end of a pair: its id, tokenizer, KV layout and RoPE (and the model when loaded).
+
+    ``source_revision`` is a GGUF source's ``sha256:`` (see :attr:`revision`)."""
 
     name: str
     tokenizer: PreTrainedTokenizerBase
     spec: KVSpec
     rope: Rope
     model: torch.nn.Module | None = None
+    source_revision: str | None = None
+
+    @property
+    def revision(self) -> str | None:
+        """What an adapter records as this model's revision: a GGUF file's ``sha256:``, else the Hub commit the
+        model was loaded at (None for a local folder), so an adapter never meets other weights of the same name."""
+        if self.source_revision is not None:
+            return self.source_revision
+        return getattr(getattr(self.model, "config", None), "_commit_hash", None)
 
     @classmethod
     def load(cls, name_or_path: str, *, with_model: bool = True, revision: str | None = None,
@@ -129,7 +158,8 @@ class Side:
         model = load_model(name_or_path, **hub, **model_kwargs) if with_model else None
         config = model.config if model is not None else load_config(name_or_path, **hub)
         tokenizer = load_tokenizer(name_or_path, **hub)
-        return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=Rope(model or config), model=model)
+        return cls(name=str(name_or_path), tokenizer=tokenizer, spec=kv_spec(config), rope=Rope(model or config),
+                   model=model, source_revision=source_revision(name_or_path))
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> "Side":

@@ -84,7 +84,8 @@ class TransferPipeline:
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
         layers = cache_layers(sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
-        batch, tokens = layers[0][0].shape[0], layers[0][0].shape[2]
+        keys = layers[self.sender.spec.full_layers[0]][0]  # sliding-window layers may hold fewer positions
+        batch, tokens = keys.shape[0], keys.shape[2]
         if (batch, tokens) != (plan.batch_size, plan.sender_tokens):
             raise PairMismatchError(
                 f"The sender cache holds {batch} sequence(s) of {tokens} tokens, but {self.sender.name!r} tokenizes "

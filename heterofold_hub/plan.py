@@ -26,9 +26,9 @@ class TransferPlan:
 
     - ``alignment``: which sender cache column each receiver token draws from (``[B, Tr]``).
     - ``sender_tokens``: the sequence length the sender cache of these texts must have.
-    - ``unrotate``: the :class:`Turn` that undoes the sender's RoPE at the sender position each receiver token
-      draws from (None without RoPE).
-    - ``rotate``: the receiver's RoPE at its own positions.
+    - ``unrotate``: per sender layer, the :class:`Turn` that undoes the sender's RoPE at the sender position each
+      receiver token draws from (None without RoPE); layers of one type (Gemma 3: local, global) share one.
+    - ``rotate``: per receiver layer, the receiver's RoPE at its own positions.
     - ``native``: per receiver layer, the receiver's own keys/values ``[B, Hr, P, Dr]`` of the native prefix.
     - ``input_ids`` / ``attention_mask`` ``[B, Tr + 1]``: receiver tokens, left-padded; the cache covers all but
       the last column, which is the first token ``generate`` feeds.
@@ -40,8 +40,8 @@ class TransferPlan:
 
     alignment: TokenAlignment
     sender_tokens: int
-    unrotate: Turn | None
-    rotate: Turn | None
+    unrotate: list[Turn | None]
+    rotate: list[Turn | None]
     native: list[LayerKV]
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -152,9 +152,8 @@ def build_plan(
     return TransferPlan(
         alignment=alignment,
         sender_tokens=sender_tokens,
-        unrotate=Turn.from_tables(sender.rope.tables(index.to(device), torch.float32), sender.spec.head_dim, inverse=True),
-        rotate=Turn.from_tables(receiver.rope.tables(alignment.receiver_positions.to(device), torch.float32),
-                                receiver.spec.head_dim, inverse=False),
+        unrotate=_turns(sender, index.to(device), inverse=True),
+        rotate=_turns(receiver, alignment.receiver_positions.to(device), inverse=False),
         native=native_prefix_kv(receiver.model, alignment),
         input_ids=torch.cat([alignment.receiver_ids, last], 1),
         attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
@@ -162,3 +161,11 @@ def build_plan(
         native_rows=alignment.native_mask.flatten().nonzero().squeeze(1).to(device),
         padding_rows=(~alignment.attention_mask.bool()).flatten().nonzero().squeeze(1).to(device),
     )
+
+
+def _turns(side: Side, positions: torch.Tensor, *, inverse: bool) -> list[Turn | None]:
+    """Per layer of ``side``, its RoPE (or the inverse) at ``positions`` ``[B, T]``: one :class:`Turn` per layer type,
+    shared by the layers of that type."""
+    tables = side.rope.tables_per_layer(positions, torch.float32)
+    made: dict[int, Turn | None] = {}
+    return [made.setdefault(id(t), Turn.from_tables(t, side.spec.head_dim, inverse=inverse)) for t in tables]

@@ -31,8 +31,7 @@ class ResolvedAdapter:
 
 def pair_end(side: Side) -> PairEnd:
     """What the registry matches a side on: id, revision, tokenizer fingerprint and KV layout."""
-    revision = getattr(getattr(side.model, "config", None), "_commit_hash", None) if side.model is not None else None
-    return PairEnd(side.name, revision, tokenizer_fingerprint(side.tokenizer), side.spec.to_dict())
+    return PairEnd(side.name, side.revision, tokenizer_fingerprint(side.tokenizer), side.spec.to_dict())
 
 
 def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | None = None) -> AdapterHub:

@@ -149,7 +149,7 @@ def check_pair(adapter: PairAdapter, sender, receiver, *, source: str | Path) ->
             detail = ", ".join(f"{k} {a!r} in the adapter vs {b!r} in {side.name}" for k, (a, b) in diff.items())
             problems.append(f"{role} KV layout differs: {detail}")
         revision = getattr(adapter.config, f"{role}_revision")
-        loaded_revision = getattr(getattr(side.model, "config", None), "_commit_hash", None)
+        loaded_revision = side.revision
         if None not in (revision, loaded_revision) and revision != loaded_revision:
             problems.append(f"{role} {side.name} is revision {loaded_revision}, the adapter was fitted on {revision}")
         fingerprint = getattr(adapter.config, f"{role}_tokenizer")

@@ -22,6 +22,7 @@ import torch
 
 from . import kernels
 from .errors import HeteroFoldError, PairMismatchError
+from .arch import KVSpec
 from .kvcache import LayerKV, build_cache
 from .methods.base import PairAdapter
 from .plan import TransferPlan, Turn
@@ -32,15 +33,18 @@ TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of c
 
 @dataclass
 class Chunk:
-    """A run of ``rows`` of a receiver layer flattened to ``[B * Tr, Hr * Dr]`` (batch, then position).
+    """A run of ``rows`` of the plan's receiver rows ``[B * Tr]`` (batch, then position), written to ``out`` rows of
+    a receiver layer flattened to ``[B * T, Hr * Dr]`` (``T`` is ``Tr``, or a sliding-window layer's window).
 
     ``sender_rows`` ``[n * Hs]`` index a sender layer flattened to ``[B * Hs * Ts, Ds]`` in (batch, position,
-    head) order, so a gather lands token-major, ready for the map; the turns are the plan's tables at ``rows``."""
+    head) order, so a gather lands token-major, ready for the map; the turns (per sender layer and per receiver
+    layer) are the plan's tables at ``rows``."""
 
     rows: slice
+    out: slice
     sender_rows: torch.Tensor
-    unrotate: Turn | None
-    rotate: Turn | None
+    unrotate: list[Turn | None]
+    rotate: list[Turn | None]
 
     @property
     def size(self) -> int:
@@ -88,7 +92,11 @@ class LayerStream:
             sender_layer_rows = plan.batch_size * self.sender_spec["kv_heads"] * plan.sender_tokens
             if not 0 <= int(plan.sender_rows.min()) <= int(plan.sender_rows.max()) < sender_layer_rows:
                 raise HeteroFoldError("This plan's sender rows fall outside its sender cache; rebuild the plan.")
-        self.chunks = self._chunks(chunk_tokens or self._rows_within_budget(self._temporaries_per_row()))
+        # A sliding-window receiver layer keeps only its last `window` positions: only those rows are mapped.
+        self.windows = KVSpec.from_dict(self.receiver_spec).windows
+        self.kept = {w: min(w, plan.cache_tokens) if w is not None else plan.cache_tokens for w in set(self.windows)}
+        size = chunk_tokens or self._rows_within_budget(self._temporaries_per_row())
+        self.chunks = {kept: self._chunks(size, kept) for kept in set(self.kept.values())}
         self.scratch: dict[str, torch.Tensor] = {}
 
     def _temporaries_per_row(self) -> int:
@@ -138,13 +146,21 @@ class LayerStream:
             missing = sorted(set().union(*self.pending.values()) - self.arrived.keys())
             raise HeteroFoldError(f"Receiver layers {sorted(self.pending)} still wait for sender layers {missing}; "
                                   "push every sender layer before asking for the cache.")
-        return build_cache([self.mapped[r] for r in range(len(self.mapped))])
+        return build_cache([self.mapped[r] for r in range(len(self.mapped))], windows=self.windows,
+                           tokens=self.plan.cache_tokens)
 
     def _check(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         spec, plan = self.sender_spec, self.plan
         want = (plan.batch_size, spec["kv_heads"], plan.sender_tokens, spec["head_dim"])
         if not 0 <= layer < spec["num_layers"]:
             raise PairMismatchError(f"Sender layer {layer} does not exist: the sender has layers 0..{spec['num_layers'] - 1}.")
+        window = KVSpec.from_dict(spec).window(layer)
+        if window is not None and keys.shape[2] == window < plan.sender_tokens:
+            raise PairMismatchError(
+                f"Sender layer {layer} is a sliding-window layer whose cache kept only its last {window} of "
+                f"{plan.sender_tokens} positions, but this adapter maps from it at every position. Prefill the sender "
+                "with a cache that keeps every position (`cache=DynamicCache()`: attention is still windowed), or use "
+                "an adapter fitted from the sender's full-attention layers only (`--sender-layers full`).")
         for name, x in (("keys", keys), ("values", values)):
             if tuple(x.shape) != want:
                 raise PairMismatchError(
@@ -152,87 +168,108 @@ class LayerStream:
                     "([batch, kv_heads, sender tokens, head_dim]). Pass the cache the sender made of the planned texts."
                 )
 
-    def _chunks(self, size: int) -> list[Chunk]:
-        """Chunks of ``size`` receiver rows, with everything about them that no layer changes."""
-        plan, rows = self.plan, self.plan.sender_rows  # [B * Tr, Hs]
-        size = -(-rows.shape[0] // -(-rows.shape[0] // size))  # as many chunks as needed, of even sizes
+    def _chunks(self, size: int, kept: int) -> list[Chunk]:
+        """Chunks of at most ``size`` receiver rows covering each row's last ``kept`` positions, with everything
+        about them that no layer changes."""
+        plan, rows, tokens = self.plan, self.plan.sender_rows, self.plan.cache_tokens  # rows [B * Tr, Hs]
+        if kept == tokens:  # every position: one run over the whole batch
+            runs = [(0, rows.shape[0], 0)]
+        else:  # a window: the last `kept` positions of each row
+            runs = [(b * tokens + tokens - kept, (b + 1) * tokens, b * kept) for b in range(plan.batch_size)]
         chunks = []
-        for start in range(0, rows.shape[0], size):
-            span = slice(start, min(start + size, rows.shape[0]))
-            chunks.append(Chunk(
-                rows=span,
-                sender_rows=rows[span].flatten(),
-                unrotate=plan.unrotate.at(span) if plan.unrotate is not None else None,
-                rotate=plan.rotate.at(span) if plan.rotate is not None else None,
-            ))
+        for start, stop, out_start in runs:
+            n = stop - start
+            step = -(-n // -(-n // size))  # as many chunks as needed, of even sizes
+            for first in range(start, stop, step):
+                span = slice(first, min(first + step, stop))
+                out = slice(out_start + first - start, out_start + span.stop - start)
+                chunks.append(Chunk(rows=span, out=out, sender_rows=rows[span].flatten(),
+                                    unrotate=_turns_at(plan.unrotate, span), rotate=_turns_at(plan.rotate, span)))
         return chunks
 
     @torch.no_grad()
     def _map_layer(self, r: int, sources: list[LayerKV]) -> LayerKV:
-        """Receiver layer ``r``'s keys and values ``[B, Hr, Tr, Dr]`` from its source sender layers."""
+        """Receiver layer ``r``'s keys and values ``[B, Hr, T, Dr]`` from its source sender layers (``T``: ``Tr``, or
+        the layer's window)."""
         plan, spec = self.plan, self.receiver_spec
-        shape = (plan.batch_size, plan.cache_tokens, spec["kv_heads"], spec["head_dim"])
+        kept = self.kept[self.windows[r]]
+        shape = (plan.batch_size, kept, spec["kv_heads"], spec["head_dim"])
         keys = torch.empty(shape, dtype=self.dtype, device=self.device)  # token-major, like the map's output
         values = torch.empty_like(keys)
-        key_rows, value_rows = keys.view(-1, *shape[2:]), values.view(-1, *shape[2:])  # [B * Tr, Hr, Dr]
+        key_rows, value_rows = keys.view(-1, *shape[2:]), values.view(-1, *shape[2:])  # [B * T, Hr, Dr]
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
+        work = _LayerWork(r, self.adapter.config.layer_sources[r], self.chunks[kept], flat)
         if self.affine:
             (k_weight, k_bias), (v_weight, v_bias) = self.adapter.affine_maps(r)
-            self._map_affine(flat, 0, k_weight, k_bias, key_rows)
-            self._map_affine(flat, 1, v_weight, v_bias, value_rows)
+            self._map_affine(work, 0, k_weight, k_bias, key_rows)
+            self._map_affine(work, 1, v_weight, v_bias, value_rows)
         else:
-            self._map_any(r, flat, key_rows, value_rows)
+            self._map_any(work, key_rows, value_rows)
+        native_rows, native_at = self._kept_rows(plan.native_rows, kept)
         native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
-        key_rows.index_copy_(0, plan.native_rows, native_k.transpose(1, 2).flatten(0, 1).to(self.dtype))
-        value_rows.index_copy_(0, plan.native_rows, native_v.transpose(1, 2).flatten(0, 1).to(self.dtype))
-        key_rows.index_fill_(0, plan.padding_rows, 0)
-        value_rows.index_fill_(0, plan.padding_rows, 0)
+        key_rows.index_copy_(0, native_rows, native_k.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
+        value_rows.index_copy_(0, native_rows, native_v.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
+        padding_rows, _ = self._kept_rows(plan.padding_rows, kept)
+        key_rows.index_fill_(0, padding_rows, 0)
+        value_rows.index_fill_(0, padding_rows, 0)
         return keys.transpose(1, 2), values.transpose(1, 2)
+
+    def _kept_rows(self, rows: torch.Tensor, kept: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Of plan ``rows`` (indices into ``[B * Tr]``), those among each row's last ``kept`` positions, as indices
+        into ``[B * kept]``, and which of ``rows`` they are (a bool mask)."""
+        tokens = self.plan.cache_tokens
+        batch, position = rows // tokens, rows % tokens
+        at = position >= tokens - kept
+        return batch[at] * kept + position[at] - (tokens - kept), at
 
     def _buffer(self, name: str, *shape: int) -> torch.Tensor:
         """Scratch ``[rows, *shape]`` in the compute dtype for the largest chunk, made once per stream and reused
         by every chunk and layer (a fresh allocation per layer costs page faults)."""
         buffer = self.scratch.get(name)
         if buffer is None or buffer.shape[1:] != shape:
-            buffer = self.scratch[name] = torch.empty(self.chunks[0].size, *shape, dtype=self.compute_dtype,
-                                                      device=self.device)
+            rows = max(chunk.size for chunks in self.chunks.values() for chunk in chunks)
+            buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=self.compute_dtype, device=self.device)
         return buffer
 
-    def _map_affine(self, flat: list[LayerKV], kind: int, weight: torch.Tensor, bias: torch.Tensor,
+    def _map_affine(self, work: "_LayerWork", kind: int, weight: torch.Tensor, bias: torch.Tensor,
                     layer: torch.Tensor) -> None:
-        """Keys (``kind`` 0) or values (1) ``[B * Tr, Hr, Dr]`` of a layer with an affine map: per chunk, one
+        """Keys (``kind`` 0) or values (1) ``[B * T, Hr, Dr]`` of a layer with an affine map: per chunk, one
         ``addmm`` of the sources side by side (the reference path's rounding) straight into the cache, then keys
         turned in place."""
-        inputs = self._buffer("inputs", len(flat) * self.sender_width)
+        inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
         mapped = None if self.direct else self._buffer("mapped", *layer.shape[1:])
-        for chunk in self.chunks:
-            out = layer[chunk.rows] if self.direct else mapped[:chunk.size]
-            torch.addmm(bias, self._input(flat, kind, chunk, inputs), weight, out=out.view(chunk.size, -1))
-            if kind == 0 and chunk.rotate is not None:
-                self._turn(out, chunk.rotate)
+        for chunk in work.chunks:
+            out = layer[chunk.out] if self.direct else mapped[:chunk.size]
+            torch.addmm(bias, self._input(work, kind, chunk, inputs), weight, out=out.view(chunk.size, -1))
+            rotate = chunk.rotate[work.layer]
+            if kind == 0 and rotate is not None:
+                self._turn(out, rotate)
             if not self.direct:  # rounded once, after the map and the turn
-                layer[chunk.rows] = out
+                layer[chunk.out] = out
 
-    def _map_any(self, r: int, flat: list[LayerKV], keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Keys and values ``[B * Tr, Hr, Dr]`` through ``adapter.map_layer`` on the concatenated sources (any map,
+    def _map_any(self, work: "_LayerWork", keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Keys and values ``[B * T, Hr, Dr]`` through ``adapter.map_layer`` on the concatenated sources (any map,
         e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
-        inputs = [self._buffer(name, len(flat) * self.sender_width) for name in ("inputs", "inputs_v")]
-        for chunk in self.chunks:
+        inputs = [self._buffer(name, len(work.flat) * self.sender_width) for name in ("inputs", "inputs_v")]
+        for chunk in work.chunks:
             n = chunk.size
-            y_k, y_v = self.adapter.map_layer(r, *(self._input(flat, kind, chunk, inputs[kind])[None] for kind in (0, 1)))
+            y_k, y_v = self.adapter.map_layer(work.layer, *(self._input(work, kind, chunk, inputs[kind])[None]
+                                                            for kind in (0, 1)))
             y_k = y_k.view(n, *keys.shape[1:])  # [1, n, out] -> [n, Hr, Dr]
-            if chunk.rotate is not None:
-                self._turn(y_k, chunk.rotate)
-            keys[chunk.rows] = y_k
-            values[chunk.rows] = y_v.view(n, *values.shape[1:])
+            rotate = chunk.rotate[work.layer]
+            if rotate is not None:
+                self._turn(y_k, rotate)
+            keys[chunk.out] = y_k
+            values[chunk.out] = y_v.view(n, *values.shape[1:])
 
-    def _input(self, flat: list[LayerKV], kind: int, chunk: Chunk, inputs: torch.Tensor) -> torch.Tensor:
+    def _input(self, work: "_LayerWork", kind: int, chunk: Chunk, inputs: torch.Tensor) -> torch.Tensor:
         """The map's input at the chunk's rows, ``[n, in]`` (the first rows of ``inputs``): the keys (``kind`` 0,
         un-rotated) or values (1) of every source, gathered token-major into its block of features."""
         n, width, heads = chunk.size, self.sender_width, self.sender_spec["kv_heads"]
-        inputs, turn = inputs[:n], chunk.unrotate if kind == 0 else None
-        for j, layer in enumerate(flat):
+        inputs = inputs[:n]
+        for j, (s, layer) in enumerate(zip(work.sources, work.flat)):
+            turn = chunk.unrotate[s] if kind == 0 else None
             source, block = layer[kind], inputs[:, j * width:(j + 1) * width].unflatten(-1, (heads, -1))
             if self.kernels is not None and source.dtype == torch.float32:
                 self.kernels.gather_turn(source, chunk.sender_rows, block, turn)
@@ -250,6 +287,26 @@ class LayerStream:
             self.kernels.turn(x, turn)
         else:
             turn.apply(x)
+
+
+@dataclass
+class _LayerWork:
+    """One receiver layer being mapped: its index, source sender layers, the chunks of rows it keeps and the
+    sources flattened to ``[B * Hs * Ts, Ds]`` (keys, values)."""
+
+    layer: int
+    sources: list[int]
+    chunks: list[Chunk]
+    flat: list[LayerKV]
+
+
+def _turns_at(turns: list[Turn | None], rows: slice) -> list[Turn | None]:
+    """Each layer's turn :meth:`Turn.at` ``rows``, sliced once per distinct turn (layers of a type share one)."""
+    done: dict[int, Turn | None] = {}
+    for turn in turns:
+        if id(turn) not in done:
+            done[id(turn)] = turn.at(rows) if turn is not None else None
+    return [done[id(turn)] for turn in turns]
 
 
 def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *, dtype: torch.dtype,

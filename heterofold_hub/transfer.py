@@ -10,6 +10,7 @@ from torch import nn
 
 from .alignment import TokenAlignment
 from .arch import Rope
+from .errors import PairMismatchError
 from .kvcache import LayerKV
 from .methods.base import PairAdapter
 
@@ -37,26 +38,32 @@ def sender_features(
     index = alignment.sender_index
     positions = index if sender_position_ids is None else sender_position_ids.gather(1, index)
     ref = sender_kv[0][0]
-    tables = rope.tables(positions.to(ref.device), torch.float32)
+    tables = rope.tables_per_layer(positions.to(ref.device), torch.float32)
     gather_at = index.to(ref.device)[:, :, None, None]
     out: Features = []
     for i, (k, v) in enumerate(sender_kv):
         if layers is not None and i not in layers:
             out.append(None)
             continue
+        if k.shape[2] < int(index.max()) + 1:
+            raise PairMismatchError(
+                f"Sender layer {i} holds {k.shape[2]} positions but the alignment reads position {int(index.max())}: "
+                f"a sliding-window layer keeps only its last {rope.spec.window(i) or k.shape[2]}. Prefill the sender "
+                "with a cache that keeps every position (cache=DynamicCache()), or use an adapter whose sources are "
+                "the sender's full-attention layers (sender_layers='full').")
         at = gather_at.expand(-1, -1, k.shape[1], k.shape[-1])
         k = k.transpose(1, 2).gather(1, at).float()  # [B, Tr, Hs, Ds]
         v = v.transpose(1, 2).gather(1, at).float()
-        out.append((Rope.unrotate(k, tables).flatten(2), v.flatten(2)))
+        out.append((Rope.unrotate(k, tables[i]).flatten(2), v.flatten(2)))
     return out
 
 
 def receiver_targets(receiver_kv: list[LayerKV], positions: torch.Tensor, rope: Rope) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Receiver K/V in the mapped space: keys un-rotated; each ``[B, T, Hr*Dr]`` (fp32)."""
-    tables = rope.tables(positions.to(receiver_kv[0][0].device), torch.float32)
+    tables = rope.tables_per_layer(positions.to(receiver_kv[0][0].device), torch.float32)
     return [
-        (Rope.unrotate(k.transpose(1, 2).float(), tables).flatten(2), _flat(v).float())
-        for k, v in receiver_kv
+        (Rope.unrotate(k.transpose(1, 2).float(), tables[i]).flatten(2), _flat(v).float())
+        for i, (k, v) in enumerate(receiver_kv)
     ]
 
 
@@ -88,7 +95,7 @@ def assemble(
     spec = adapter.config.receiver_spec
     heads, dim = spec["kv_heads"], spec["head_dim"]
     device = native[0][0].device
-    tables = rope.tables(alignment.receiver_positions.to(device), torch.float32)
+    tables = rope.tables_per_layer(alignment.receiver_positions.to(device), torch.float32)
     native_at = alignment.native_mask.to(device)
     mapped_at = alignment.mapped_mask.to(device)[:, None, :, None]
     layers = []
@@ -96,7 +103,7 @@ def assemble(
         keys = torch.cat([features[s][0] for s in sources], dim=-1)
         values = torch.cat([features[s][1] for s in sources], dim=-1)
         k, v = adapter.map_layer(r, keys, values)
-        k = Rope.rotate(k.view(*k.shape[:2], heads, dim), tables).transpose(1, 2)
+        k = Rope.rotate(k.view(*k.shape[:2], heads, dim), tables[r]).transpose(1, 2)
         v = v.view(*v.shape[:2], heads, dim).transpose(1, 2)
         nk, nv = native[r]
         k = _overwrite(k.to(dtype) * mapped_at, native_at, nk)

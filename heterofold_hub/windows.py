@@ -14,7 +14,7 @@ import torch
 
 from .alignment import TokenAlignment, align_batch
 from .errors import HeteroFoldError
-from .kvcache import cache_layers
+from .kvcache import cache_layers, full_cache
 from .models import Side, cache_only, encode
 from .transfer import Features, sender_features
 
@@ -116,7 +116,7 @@ def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.
     device = sender.model.device
     with torch.no_grad():
         out = sender.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True,
-                           **cache_only(sender.model))
+                           cache=full_cache(), **cache_only(sender.model))
     return cache_layers(out.cache), [offsets for _, offsets in encoded]
 
 

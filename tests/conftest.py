@@ -38,6 +38,9 @@ def unigram_tokenizer(vocab: int = 200) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>", unk_token="<|endoftext|>")
 
 
+GEMMA3_WINDOW = 16  # tiny Gemma 3's sliding window: every test context is longer
+
+
 def tiny_config(arch: str, vocab: int, layers: int = 2, seed_variant: int = 0):
     """A tiny random-init config of ``arch`` (shapes and RoPE handling are what tests check)."""
     common = dict(vocab_size=vocab, max_position_embeddings=512, bos_token_id=0, eos_token_id=1, pad_token_id=1)
@@ -46,6 +49,14 @@ def tiny_config(arch: str, vocab: int, layers: int = 2, seed_variant: int = 0):
         return transformers.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, bos_token_id=0, eos_token_id=1)
     if arch == "gpt_neox":
         return transformers.GPTNeoXConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4, rotary_pct=0.25, **common)
+    if arch == "gemma3_text":  # sliding window shorter than test contexts; local and global RoPE differ
+        types = ["sliding_attention"] * (layers - 1) + ["full_attention"]
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}
+        return transformers.Gemma3TextConfig(
+            hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=16, sliding_window=GEMMA3_WINDOW, layer_types=types,
+            rope_parameters=rope, query_pre_attn_scalar=16, **common)
     cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config,
            "gemma": transformers.GemmaConfig, "phi3": transformers.Phi3Config}[arch]
     extra = {"partial_rotary_factor": 0.5} if arch == "phi3" else {}

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 from heterofold_hub.calibration import collect
+from heterofold_hub.kvcache import cache_layers
+from heterofold_hub.transfer import assemble, native_prefix_kv, sender_features
 from heterofold_hub.methods.affine import AffineAdapter, config_for
 from heterofold_hub.models import Side
 from heterofold_hub.windows import make_windows
@@ -47,3 +49,27 @@ def hf_fold(*args: str) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, offline, as a user would."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")  # wide enough that tables keep ids on one line
     return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def reference_layers(pipe, cache, plan):
+    """The reference path (what training differentiates through) on the plan's alignment."""
+    adapter, layers = pipe.adapter, cache_layers(cache)
+    used = {s for sources in adapter.config.layer_sources for s in sources}
+    with torch.no_grad():
+        features = sender_features(layers, plan.alignment, pipe.sender.rope, used)
+        native = native_prefix_kv(pipe.receiver.model, plan.alignment)
+        return assemble(adapter, features, plan.alignment, pipe.receiver.rope, native, dtype=torch.float32)
+
+
+def assert_same_cache(fast, reference, atol=1e-5):
+    """The fast path's cache equals the reference layers; a sliding-window layer holds the reference's last
+    ``window`` positions and counts all of them."""
+    assert len(fast.layers) == len(reference)
+    for layer, (k, v) in zip(fast.layers, reference):
+        window = getattr(layer, "sliding_window", None)
+        if window is not None:
+            assert layer.keys.shape[2] == min(window - 1, k.shape[2]) and layer.get_seq_length() == k.shape[2]
+            k, v = k[:, :, -layer.keys.shape[2]:], v[:, :, -layer.keys.shape[2]:]
+        assert layer.keys.shape == k.shape and layer.keys.dtype == k.dtype
+        assert torch.allclose(layer.keys, k, atol=atol, rtol=0), (layer.keys - k).abs().max()
+        assert torch.allclose(layer.values, v, atol=atol, rtol=0), (layer.values - v).abs().max()

@@ -3,15 +3,18 @@
 import pytest
 import torch
 
+from heterofold_hub.kvcache import full_cache
 from heterofold_hub.forward import native_logits, transferred_logits
+from heterofold_hub.errors import PairMismatchError
+from heterofold_hub.methods import get_method
 from heterofold_hub.models import Side
 from heterofold_hub.pipeline import TransferPipeline
 from heterofold_hub.windows import prepare_batch
 
-from conftest import tiny_model
+from conftest import GEMMA3_WINDOW, tiny_model
 from helpers import IdentityAdapter, small_calibration, texts
 
-ARCHS = ["llama", "mistral", "qwen2", "gemma", "phi3", "gpt_neox", "gpt2"]
+ARCHS = ["llama", "mistral", "qwen2", "gemma", "gemma3_text", "phi3", "gpt_neox", "gpt2"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -26,7 +29,7 @@ def test_identity_transfer_reproduces_native_logits(arch, bpe):
     assert diff < 1e-4
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox", "gemma3_text"])
 def test_identity_pipeline_generates_like_native(arch, unigram):
     """Through the public pipeline, for a batch of texts of different lengths (left padding)."""
     model = tiny_model(arch, len(unigram))
@@ -35,11 +38,36 @@ def test_identity_pipeline_generates_like_native(arch, unigram):
     pipe = TransferPipeline(IdentityAdapter.for_calibration(calib), side, side)
     contexts = [texts()[0][:300], texts()[1][:180]]
     enc = unigram(contexts, padding=True, padding_side="right", return_tensors="pt")
-    with torch.no_grad():
-        sender_cache = model(**enc, use_cache=True).cache
+    with torch.no_grad():  # a cache that keeps every position (Gemma 3's default cache drops sliding layers' past)
+        sender_cache = model(**enc, use_cache=True, cache=full_cache()).cache
     result = pipe.transfer(sender_cache, contexts)
+    if side.spec.layer_types is not None:  # the receiver cache has the receiver's own layer classes
+        native_cache = model(**unigram(contexts[0], return_tensors="pt"), use_cache=True).cache
+        assert [type(layer) for layer in result.cache.layers] == [type(layer) for layer in native_cache.layers]
+        kept = [layer.keys.shape[2] for layer in result.cache.layers]
+        assert kept == [GEMMA3_WINDOW - 1 if w else result.input_ids.shape[1] - 1 for w in side.spec.windows]
     new = pipe.generate(result, max_new_tokens=5, do_sample=False)
     for row, text in enumerate(contexts):
         ids = unigram(text, return_tensors="pt").input_ids
         native = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
         assert new[row].tolist() == native[0, ids.shape[1] :].tolist()
+
+
+def test_gemma3_sender_default_cache(bpe, unigram):
+    """A Gemma 3 sender's default cache keeps only the window of its sliding layers: an adapter that reads them is
+    refused with the fix named; one fitted from the full-attention layers maps it exactly as a full cache."""
+    sender = Side.from_model(tiny_model("gemma3_text", len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model("llama", len(unigram), layers=2, seed=2), unigram)
+    _, calib = small_calibration(sender, receiver)
+    context = texts()[3][:300]
+    with torch.no_grad():
+        default = sender.model(**bpe(context, return_tensors="pt"), use_cache=True).cache
+        full = sender.model(**bpe(context, return_tensors="pt"), use_cache=True, cache=full_cache()).cache
+    assert default.layers[0].keys.shape[2] == GEMMA3_WINDOW - 1 < full.layers[0].keys.shape[2]
+    every = TransferPipeline(get_method("recolor").fit(calib), sender, receiver)
+    with pytest.raises(PairMismatchError, match=r"sliding-window layer .*--sender-layers full"):
+        every.transfer(default, context)
+    only_full = TransferPipeline(get_method("recolor").fit(calib, sender_layers="full"), sender, receiver)
+    assert {s for sources in only_full.adapter.config.layer_sources for s in sources} == {2}
+    a, b = only_full.transfer(default, context).cache, only_full.transfer(full, context).cache
+    assert all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values) for x, y in zip(a.layers, b.layers))

@@ -7,18 +7,17 @@ from heterofold_hub import kernels
 from heterofold_hub.bench import text_of_length
 from heterofold_hub.data import read_texts
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.kvcache import build_cache, cache_layers
+from heterofold_hub.kvcache import build_cache, cache_layers, full_cache
 from heterofold_hub.memory import peak_extra_bytes
 from heterofold_hub.methods import get_method
 from heterofold_hub.models import Side
 from heterofold_hub.pipeline import TransferPipeline
 from heterofold_hub.resolve import resolve_adapter
 from heterofold_hub.streaming import LayerStream, map_cache
-from heterofold_hub.transfer import assemble, native_prefix_kv, sender_features
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
-from helpers import small_calibration, texts
+from helpers import assert_same_cache, reference_layers, small_calibration, texts
 
 
 @pytest.fixture(scope="module", params=["l2q", "q2l"])
@@ -44,25 +43,7 @@ def sender_cache(sender: Side, batch: list[str]):
     """The sender's prefill of ``batch``, right-padded as the pipeline expects."""
     inputs = sender.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
     with torch.no_grad():
-        return sender.model(**inputs, use_cache=True).cache
-
-
-def reference_layers(pipe: TransferPipeline, cache, plan):
-    """The reference path (what training differentiates through) on the plan's alignment."""
-    adapter, layers = pipe.adapter, cache_layers(cache)
-    used = {s for sources in adapter.config.layer_sources for s in sources}
-    with torch.no_grad():
-        features = sender_features(layers, plan.alignment, pipe.sender.rope, used)
-        native = native_prefix_kv(pipe.receiver.model, plan.alignment)
-        return assemble(adapter, features, plan.alignment, pipe.receiver.rope, native, dtype=torch.float32)
-
-
-def assert_same_cache(fast, reference, atol=1e-5):
-    assert len(fast.layers) == len(reference)
-    for layer, (k, v) in zip(fast.layers, reference):
-        assert layer.keys.shape == k.shape and layer.keys.dtype == k.dtype
-        assert torch.allclose(layer.keys, k, atol=atol, rtol=0), (layer.keys - k).abs().max()
-        assert torch.allclose(layer.values, v, atol=atol, rtol=0), (layer.values - v).abs().max()
+        return sender.model(**inputs, use_cache=True, cache=full_cache()).cache
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 50])
@@ -75,16 +56,18 @@ def test_fast_path_equals_reference_on_a_padded_batch(demo, chunk_tokens, path):
     assert_same_cache(fast, reference_layers(pipe, cache, plan))
 
 
-@pytest.mark.parametrize("sender_arch,receiver_arch", [("gpt_neox", "phi3"), ("phi3", "llama"), ("gpt2", "qwen2"), ("llama", "gpt2")])
+@pytest.mark.parametrize("sender_arch,receiver_arch", [("gpt_neox", "phi3"), ("phi3", "llama"), ("gpt2", "qwen2"), ("llama", "gpt2"),
+                                                        ("gemma3_text", "llama"), ("llama", "gemma3_text")])
 def test_fast_path_equals_reference_with_partial_or_no_rotary(sender_arch, receiver_arch, bpe, unigram, path):
     sender = Side.from_model(tiny_model(sender_arch, len(bpe), layers=3, seed=1), bpe)
     receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=2, seed=2), unigram)
     _, calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
     pipe = TransferPipeline(get_method("recolor").fit(calib), sender, receiver)
-    context = texts()[2][:300]
-    cache, plan = sender_cache(sender, [context]), pipe.plan(context)
-    fast = map_cache(pipe.adapter, plan, cache_layers(cache), dtype=torch.float32, chunk_tokens=16)
-    assert_same_cache(fast, reference_layers(pipe, cache, plan))
+    batch = [texts()[2][:300], texts()[4][:40]]  # the short row fits in a tiny Gemma 3 window, padding and all
+    cache, plan = sender_cache(sender, batch), pipe.plan(batch)
+    for chunk_tokens in (None, 16):
+        fast = map_cache(pipe.adapter, plan, cache_layers(cache), dtype=torch.float32, chunk_tokens=chunk_tokens)
+        assert_same_cache(fast, reference_layers(pipe, cache, plan))
 
 
 def test_fast_path_equals_reference_for_a_map_that_does_not_fold(path):

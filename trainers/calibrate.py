@@ -25,7 +25,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
               progress: bool = True, precision: str = "32-true", devices: int | str = 1, strategy: str = "auto",
               accumulate: int = 1, default_root_dir: str | None = None, ckpt_path: str | None = None,
-              callbacks=None, **_):
+              callbacks=None, sender_layers: str = "all", **_):
     """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map."""
     L.seed_everything(seed, workers=True, verbose=False)
     callbacks, guard = list(callbacks or []), None
@@ -33,7 +33,7 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
         guard = GoodCheckpoint(default_root_dir)
         callbacks += [ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=max(1, steps // 10)), guard]
-    init = get_method("recolor").fit(calib)
+    init = get_method("recolor").fit(calib, sender_layers=sender_layers)
     module = CalibrationModule(UnfoldedAffine.from_affine(init, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
     trainer = L.Trainer(
         accelerator="auto", devices=devices, strategy=strategy, precision=precision, max_steps=steps,

@@ -127,8 +127,8 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     adapter.config = replace(
         adapter.config,
         library_version=__version__,
-        sender_revision=getattr(sender.model.config, "_commit_hash", None),
-        receiver_revision=getattr(receiver.model.config, "_commit_hash", None),
+        sender_revision=sender.revision,
+        receiver_revision=receiver.revision,
         sender_tokenizer=tokenizer_fingerprint(sender.tokenizer),
         receiver_tokenizer=tokenizer_fingerprint(receiver.tokenizer),
         training_args={k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},

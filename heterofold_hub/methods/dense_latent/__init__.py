@@ -11,7 +11,7 @@ import torch
 from rich.progress import Progress
 from torch import nn
 
-from ...alignment import layers_by_depth
+from ...alignment import layers_by_depth, source_candidates
 from ...errors import TrainingError
 from ..affine import config_for
 from ..base import PairAdapter, register_method
@@ -49,10 +49,12 @@ class DenseLatentAdapter(PairAdapter):
     @classmethod
     def fit(cls, calib, *, batches=None, receiver=None, hidden: int = 256, mse_steps: int = 300,
             nll_steps: int = 40, lr: float = 2e-3, tokens_per_step: int = 4096, seed: int = 0,
-            sources_per_layer: int = 2, progress: bool = True, **_) -> "DenseLatentAdapter":
+            sources_per_layer: int = 2, sender_layers: str = "all", progress: bool = True,
+            **_) -> "DenseLatentAdapter":
         """MSE phase on ``calib`` features; NLL phase on ``batches`` (prepared windows) through ``receiver``."""
         torch.manual_seed(seed)
-        sources = layers_by_depth(calib.sender_spec.num_layers, calib.receiver_spec.num_layers, sources_per_layer)
+        sources = layers_by_depth(calib.sender_spec.num_layers, calib.receiver_spec.num_layers, sources_per_layer,
+                                  source_candidates(calib.sender_spec, sender_layers))
         adapter = cls(config_for(calib, "dense-latent", sources, hidden=hidden, mse_steps=mse_steps, nll_steps=nll_steps, lr=lr))
         inputs = {kind: [torch.cat([calib.sender[s][j] for s in src], -1) for src in sources] for j, kind in enumerate("kv")}
         targets = {kind: [calib.receiver[r][j] for r in range(len(sources))] for j, kind in enumerate("kv")}

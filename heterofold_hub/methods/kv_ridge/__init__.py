@@ -2,24 +2,28 @@
 
 import torch
 
+from ...alignment import source_candidates
 from ...stats import r2, ridge
 from ..affine import AffineAdapter, fit_affine
 from ..base import register_method
 
 
-def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096) -> list[list[int]]:
-    """For each receiver layer, the ``k`` sender layers whose ridge fit explains most of its K and V."""
+def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096,
+                           candidates: list[int] | None = None) -> list[list[int]]:
+    """For each receiver layer, the ``k`` sender layers (of ``candidates``, default all) whose ridge fit explains
+    most of its K and V."""
     n = min(probe_tokens, calib.tokens)
+    candidates = list(range(len(calib.sender))) if candidates is None else candidates
     plan = []
     for recv_k, recv_v in calib.receiver:
         scores = []
-        for send_k, send_v in calib.sender:
+        for send_k, send_v in (calib.sender[s] for s in candidates):
             score = 0.0
             for x, y in ((send_k[:n], recv_k[:n]), (send_v[:n], recv_v[:n])):
                 w, b = ridge(x, y, lam)
                 score += r2(x, y, w, b)
             scores.append(score)
-        plan.append(sorted(torch.tensor(scores).topk(min(k, len(scores))).indices.tolist()))
+        plan.append(sorted(candidates[i] for i in torch.tensor(scores).topk(min(k, len(scores))).indices.tolist()))
     return plan
 
 
@@ -29,6 +33,8 @@ class KVRidgeAdapter(AffineAdapter):
     ``sources_per_layer`` best-correlated sender layers; RoPE is stripped before and re-applied after."""
 
     @classmethod
-    def fit(cls, calib, *, sources_per_layer: int = 2, lam: float = 0.01, **_) -> "KVRidgeAdapter":
-        sources = best_correlated_layers(calib, sources_per_layer, lam)
+    def fit(cls, calib, *, sources_per_layer: int = 2, lam: float = 0.01, sender_layers: str = "all",
+            **_) -> "KVRidgeAdapter":
+        sources = best_correlated_layers(calib, sources_per_layer, lam,
+                                         candidates=source_candidates(calib.sender_spec, sender_layers))
         return fit_affine(cls, calib, "kv-ridge", sources, lambda x, y: ridge(x, y, lam), lam=lam)
