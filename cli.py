@@ -22,6 +22,7 @@ SENDER = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder.")
 RECEIVER = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder.")
 CONTEXT_TOKENS = typer.Option(512, help="Receiver tokens of context per window.")
 CONTINUATION_TOKENS = typer.Option(64, help="Receiver tokens scored after the context.")
+JSON_OUT = typer.Option(False, "--json", help="Print the registry records as JSON.")
 BATCH_SIZE = typer.Option(8, help="Windows per forward pass / optimizer step.")
 SEED = typer.Option(0, help="Seed: same seed, same result (on CPU).")
 
@@ -49,7 +50,8 @@ def eval_command(
     task: str = typer.Option("fidelity", help="fidelity: continuation NLL/KL/top-1 against native prefill | "
                              "retrieval: exact-match answers to a question about facts early in a long context."),
     methods: str = typer.Option("recolor,kv-ridge,dense-latent", help="Comma-separated transfer methods to fit and score."),
-    data: str = typer.Option("bundled:heldout", help="Held-out text (retrieval: the filler): bundled:<split>, a file, a folder or a JSONL file."),
+    data: str = typer.Option("bundled:unseen", help="Held-out text: bundled:<split> (unseen: third-party code and prose no "
+                             "fit saw), a file, a folder or a JSONL file; retrieval cuts its filler from it."),
     calib_data: str = typer.Option("bundled:calib", help="Calibration text the methods are fitted on."),
     context_tokens: int = CONTEXT_TOKENS,
     continuation_tokens: int = CONTINUATION_TOKENS,
@@ -112,23 +114,29 @@ def train_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
     data: str = typer.Option("bundled:train", help="Training text: bundled:<split>, a text file, a folder or a JSONL file ('text')."),
-    heldout: str = typer.Option("bundled:heldout", help="Held-out text for the final fidelity table (never trained on)."),
+    heldout: str = typer.Option("bundled:unseen", help="Held-out text for the final fidelity table (never trained on)."),
     out: Path = typer.Option(Path("runs/adapter"), help="Output folder: the adapter package."),
     method: str = typer.Option("heterofold", help="heterofold | kv-ridge | dense-latent."),
-    max_steps: int = typer.Option(150, help="Optimizer steps of calibration."),
+    max_steps: int = typer.Option(250, help="Optimizer steps of calibration."),
     context_tokens: int = CONTEXT_TOKENS,
     continuation_tokens: int = CONTINUATION_TOKENS,
-    windows: int = typer.Option(128, help="Training windows cut from --data."),
+    windows: int = typer.Option(160, help="Training windows cut from --data."),
+    calib_windows: int = typer.Option(64, help="Of those, the windows whose statistics fit the starting map."),
     eval_windows: int = typer.Option(96, help="Held-out windows for the final table."),
-    lr: float = typer.Option(3e-3, help="Peak learning rate."),
+    lr: float = typer.Option(3e-4, help="Peak learning rate (3e-3 diverges on the real pair)."),
     lora_rank: int = typer.Option(0, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
-    batch_size: int = BATCH_SIZE,
+    batch_size: int = typer.Option(2, help="Windows per optimizer step."),
     accumulate: int = typer.Option(1, help="Gradient accumulation steps."),
     precision: str = typer.Option("32-true", help="Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true."),
     devices: str = typer.Option("1", help="Devices (a number or 'auto')."),
     strategy: str = typer.Option("auto", help="auto | ddp | fsdp | ddp_spawn."),
     seed: int = SEED,
     resume: bool = typer.Option(False, help="Resume from the last checkpoint in OUT/checkpoints."),
+    sender_layers: str = typer.Option("all", help="Sender layers the maps read: all | full (only layers whose cache "
+                                      "keeps every position, so a Gemma 3 sender's default cache can be mapped)."),
+    init: str = typer.Option("auto", help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
+                             "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge."),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
 ):
     """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
 
@@ -143,9 +151,12 @@ def train_command(
     """
     from trainers.train import TrainArgs, run_train
 
-    run_train(TrainArgs(sender, receiver, data, heldout, out, method, max_steps, context_tokens, continuation_tokens,
-                        windows, eval_windows, lr, lora_rank, batch_size, accumulate, precision, devices, strategy, seed,
-                        resume), console)
+    run_train(TrainArgs(sender=sender, receiver=receiver, data=data, heldout=heldout, out=out, method=method,
+                        max_steps=max_steps, context_tokens=context_tokens, continuation_tokens=continuation_tokens,
+                        windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
+                        accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
+                        resume=resume, sender_layers=sender_layers, init=init, calib_windows=calib_windows,
+                        max_minutes=max_minutes), console)
 
 
 @app.command("bench")
@@ -194,7 +205,8 @@ def push_command(
     hub_dir: Optional[Path] = HUB_DIR,
     token: Optional[str] = TOKEN,
     registry: Optional[Path] = REGISTRY,
-    license: str = typer.Option("apache-2.0", "--license", help="License in the model card."),
+    license: Optional[str] = typer.Option(None, "--license", help="License in the model card (default apache-2.0, or "
+                                          "what a base model's terms require: gemma for Gemma 3)."),
 ):
     """Publish an adapter package: model card, one commit, an immutable version tag, a registry.json entry.
 
@@ -242,8 +254,9 @@ def list_command(
     family: Optional[str] = typer.Option(None, "--family", help="Only pairs with this model_type on either side (llama, qwen2, ...)."),
     method: Optional[str] = typer.Option(None, "--method", help="Only this method (heterofold, kv-ridge, ...)."),
     registry: Optional[Path] = REGISTRY,
+    as_json: bool = JSON_OUT,
 ):
-    """List the published pair adapters in registry.json.
+    """List the published pair adapters in registry.json (a table; piped, one tab-separated line each).
 
     Examples:
 
@@ -253,7 +266,8 @@ def list_command(
     """
     from heterofold_hub.commands.hub import run_list
 
-    run_list(sender=sender, receiver=receiver, family=family, method=method, registry_path=registry, console=console)
+    run_list(sender=sender, receiver=receiver, family=family, method=method, registry_path=registry, console=console,
+             as_json=as_json)
 
 
 @app.command("show")
@@ -263,6 +277,7 @@ def show_command(
     hub_dir: Optional[Path] = HUB_DIR,
     token: Optional[str] = TOKEN,
     registry: Optional[Path] = REGISTRY,
+    as_json: bool = JSON_OUT,
 ):
     """Show one registered adapter: its pair, versions, metrics, files and model card.
 
@@ -274,13 +289,14 @@ def show_command(
     """
     from heterofold_hub.commands.hub import run_show
 
-    run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=console)
+    run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=console, as_json=as_json)
 
 
 @app.command("search")
 def search_command(
     text: str = typer.Argument(..., help="Text to look for in repo ids, model ids, families, methods and summaries."),
     registry: Optional[Path] = REGISTRY,
+    as_json: bool = JSON_OUT,
 ):
     """Search registry.json for adapters.
 
@@ -292,7 +308,7 @@ def search_command(
     """
     from heterofold_hub.commands.hub import run_search
 
-    run_search(text, registry_path=registry, console=console)
+    run_search(text, registry_path=registry, console=console, as_json=as_json)
 
 
 @app.command("env")
@@ -324,6 +340,9 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 def run() -> None:
     """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks).
     Usage errors (an unknown option, a missing argument) are click's own to print, with exit code 2."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # its per-load "Loading weights" bars; our own progress stays
     try:
         app()
     except HeteroFoldError as err:

@@ -23,6 +23,7 @@ import time
 import torch
 
 from .errors import HeteroFoldError
+from .kvcache import full_cache
 from .memory import peak_extra_bytes
 from .methods.base import PairAdapter
 from .models import Side, cache_only, encode
@@ -77,7 +78,7 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int) -> dict:
     """One context length: seconds for prefill, plan, copy and each method's transfer of ``text``."""
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
-    sender_cache = sender.model(**s_inputs, use_cache=True).cache  # what the sender already computed: not timed
+    sender_cache = sender.model(**s_inputs, use_cache=True, cache=full_cache()).cache  # what the sender computed: not timed
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
     prefill = lambda: receiver.model(input_ids=ids, use_cache=True, **cache_only(receiver.model)).cache  # noqa: E731
     layers = [(layer.keys, layer.values) for layer in prefill().layers]

@@ -9,7 +9,7 @@ from rich.progress import Progress
 
 from .arch import KVSpec
 from .kvcache import cache_layers, full_cache
-from .models import Side
+from .models import Side, cache_only
 from .transfer import receiver_targets
 from .windows import Batch, Window, prepare_batch
 
@@ -43,6 +43,7 @@ def receiver_features(receiver: Side, batch: Batch) -> list[tuple[torch.Tensor, 
             attention_mask=alignment.attention_mask.to(receiver.model.device),
             use_cache=True,
             cache=full_cache(),
+            **cache_only(receiver.model),
         )
     return receiver_targets(cache_layers(out.cache), alignment.receiver_positions, receiver.rope)
 

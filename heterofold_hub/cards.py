@@ -71,10 +71,20 @@ def _environment(template_dir: Path) -> jinja2.Environment:
     return env
 
 
+def base_model_terms(config: dict) -> list[dict]:
+    """The terms of the pair's packaged base models (``heterofold_hub.sources``): an adapter fitted on a model's
+    weights is derived from it, so its card states them (Gemma 3: the Gemma Terms of Use)."""
+    from .sources import PACKAGED
+
+    return [{"model": config[who], "title": PACKAGED[config[who]].title, "terms": PACKAGED[config[who]].licence,
+             "license": PACKAGED[config[who]].card_license} for who in ("sender", "receiver") if config[who] in PACKAGED]
+
+
 def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | None = None,
-                license: str = "apache-2.0", plot: str | os.PathLike | None = None) -> str:
+                license: str | None = None, plot: str | os.PathLike | None = None) -> str:
     """The model card (``README.md`` text) of the adapter package in ``package_dir``, published as ``repo_id``.
 
+    ``license``: default apache-2.0, or the license a base model's terms require ("gemma" for Gemma 3).
     ``plot``: a PNG inside the package (a file name, or a path whose name is used) shown in the card.
     """
     folder = Path(package_dir)
@@ -105,9 +115,13 @@ def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | 
              for who in ("sender", "receiver")]
     tags = sorted({"heterofold", "kv-cache", "cache-transfer", method,
                    config["sender_spec"]["model_type"], config["receiver_spec"]["model_type"]})
+    terms = base_model_terms(config)
+    if license is None:
+        license = next((t["license"] for t in terms if t["license"] != "apache-2.0"), "apache-2.0")
     template = template_path()
     return _environment(template.parent).get_template(template.name).render(
         repo_id=repo_id, version=version, license=license, plot=plot_name, config=config, metrics=metrics,
+        base_terms=terms,
         method=method, own=rows[method], rows=[(name, rows[name]) for name in order], tags=tags, sides=sides,
         dataset=train_args.get("heldout") or "held-out text", library_version=meta.get("library_version", "unknown"),
         training_windows=meta.get("training_windows"), local_dir=repo_id.rsplit("/", 1)[-1],

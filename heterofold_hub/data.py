@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -43,3 +44,29 @@ def read_texts(source: str) -> list[str]:
     if not texts:
         raise HeteroFoldError(f"Data path {source!r} holds no text. Point it at files with content.")
     return texts
+
+
+SHINGLE_LINES = 6  # consecutive non-blank lines that make a passage
+
+
+def _shingles(text: str) -> set[bytes]:
+    """Hashes of every run of ``SHINGLE_LINES`` consecutive non-blank lines (stripped), skipping runs of only short
+    lines (closing brackets, ``else:``) that any two texts may share."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    runs = (lines[i:i + SHINGLE_LINES] for i in range(len(lines) - SHINGLE_LINES + 1))
+    return {hashlib.blake2b("\n".join(run).encode(), digest_size=12).digest() for run in runs
+            if sum(len(line) for line in run) >= 12 * SHINGLE_LINES}
+
+
+def shared_passages(seen: list[str], held_out: list[str]) -> list[int]:
+    """Indices of ``held_out`` texts that share a passage (``SHINGLE_LINES`` consecutive lines) with ``seen``: a
+    near-duplicate (an edited copy, a file vendored twice) as well as an exact one."""
+    known = set().union(*(_shingles(t) for t in seen)) if seen else set()
+    return [i for i, text in enumerate(held_out) if _shingles(text) & known]
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two ``--data``-style sources name the same thing (``./x.jsonl`` and ``x.jsonl`` do)."""
+    if a.startswith("bundled:") or b.startswith("bundled:"):
+        return a == b
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()

@@ -20,15 +20,23 @@ def fit_methods(
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = True,
+    calib_windows: int | None = None,
+    fitters: dict | None = None,
     **options,
 ) -> dict[str, PairAdapter]:
-    """One adapter per method, all fitted on the same calibration ``windows``."""
+    """One adapter per method, all fitted on the same ``windows``: closed-form statistics from the first
+    ``calib_windows`` of them (default all; they keep at most 32768 positions anyway), training on all.
+
+    ``fitters`` maps a method name to a function used instead of its class's ``fit`` (same arguments): how the
+    trainer supplies HeteroFold's calibration without the library importing the trainer."""
+    fitters = fitters or {}
     classes = {name: get_method(name) for name in methods}
-    calib = collect(sender, receiver, windows, batch_size=batch_size, seed=seed, progress=progress)
+    calib = collect(sender, receiver, windows[:calib_windows], batch_size=batch_size, seed=seed, progress=progress)
     batches = None
     adapters = {}
     for name, cls in classes.items():
         if name not in CLOSED_FORM and batches is None:
             batches = [prepare_batch(windows[i : i + batch_size], sender, receiver) for i in range(0, len(windows), batch_size)]
-        adapters[name] = cls.fit(calib, batches=batches, receiver=receiver, seed=seed, progress=progress, **options)
+        fit = fitters.get(name, cls.fit)
+        adapters[name] = fit(calib, batches=batches, receiver=receiver, seed=seed, progress=progress, **options)
     return adapters

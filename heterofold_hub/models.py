@@ -55,8 +55,9 @@ SAFE_LOADING = dict(trust_remote_code=False)
 
 
 def load_config(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False):
+    path = resolve(name_or_path)  # outside the try: its own errors already say what is wrong
     try:
-        return AutoConfig.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only,
+        return AutoConfig.from_pretrained(path, revision=revision, local_files_only=local_files_only,
                                           **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err
@@ -72,9 +73,10 @@ def load_model(
 ) -> torch.nn.Module:
     """A frozen causal LM in eval mode, from safetensors weights only, without running repo code."""
     kv_spec(load_config(name_or_path, revision=revision, local_files_only=local_files_only))
+    path = resolve(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            resolve(name_or_path), revision=revision, dtype=torch_dtype or torch.float32,
+            path, revision=revision, dtype=torch_dtype or torch.float32,
             local_files_only=local_files_only, use_safetensors=True, **SAFE_LOADING,
         )
     except (OSError, ValueError) as err:
@@ -90,8 +92,9 @@ def load_model(
 
 
 def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False) -> PreTrainedTokenizerBase:
+    path = resolve(name_or_path)
     try:
-        tok = AutoTokenizer.from_pretrained(resolve(name_or_path), revision=revision, local_files_only=local_files_only,
+        tok = AutoTokenizer.from_pretrained(path, revision=revision, local_files_only=local_files_only,
                                             **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err

@@ -47,7 +47,7 @@ def hub_name(hub: AdapterHub, registry: Registry) -> str:
     return "hf" if endpoint == "https://huggingface.co" else endpoint
 
 
-def _stage(package: Path, staging: Path, *, repo_id: str, version: str, license: str) -> str:
+def _stage(package: Path, staging: Path, *, repo_id: str, version: str, license: str | None) -> str:
     """Copy the publishable files and render the card into ``staging``; returns the card text."""
     missing = [name for name in PUBLISHED_FILES if not (package / name).is_file()]
     if missing:
@@ -80,7 +80,7 @@ def push_package(
     version: str,
     hub: AdapterHub,
     registry: Registry | str | Path | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     message: str | None = None,
 ) -> PublishedVersion:
     """Render the card, publish ``package`` as ``repo_id`` ``version`` (one commit, immutable tag) and add the

@@ -57,3 +57,13 @@ def moment_match(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-3) -> tuple[t
     u, _, vh = torch.linalg.svd(cross, full_matrices=False)
     w = whiten @ (u @ vh) @ colour
     return w.float(), (my - mx @ w).float()
+
+
+def ridge_recolor(x: torch.Tensor, y: torch.Tensor, lam: float = 0.01, eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ridge's prediction, recoloured: ``W = W_ridge @ W_mm`` where ``W_mm`` moment-matches ``x @ W_ridge + b`` to
+    ``y``. Ridge picks what ``x`` can predict of ``y`` but shrinks its variance (flattening the receiver's
+    attention); the recolouring restores ``y``'s mean and covariance along ridge's directions, and is not
+    rank-limited by a narrower ``x`` the way whitening ``x`` itself is."""
+    w_ridge, b_ridge = ridge(x, y, lam)
+    w_mm, b_mm = moment_match(x.float() @ w_ridge + b_ridge, y, eps)
+    return w_ridge @ w_mm, b_ridge @ w_mm + b_mm

@@ -102,3 +102,19 @@ def loopback_hub(tmp_path):
     """A running LoopbackHub storing its repos under ``tmp_path / "hub"``."""
     with LoopbackHub(tmp_path / "hub") as hub:
         yield hub
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """SmolLM2-135M-Instruct from its PyPI GGUF package (loaded once per test session)."""
+    from heterofold_hub.models import Side
+
+    return Side.load("gguf/smollm2-135m-instruct-q4_1")
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    """Gemma 3 270M from its PyPI GGUF packages (loaded once per test session)."""
+    from heterofold_hub.models import Side
+
+    return Side.load("gguf/gemma3-270m-q4_k_m")

@@ -12,7 +12,8 @@ import torch
 from heterofold_hub.calibration import collect
 from heterofold_hub.kvcache import cache_layers
 from heterofold_hub.transfer import assemble, native_prefix_kv, sender_features
-from heterofold_hub.methods.affine import AffineAdapter, config_for
+from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods.base import AdapterConfig
 from heterofold_hub.models import Side
 from heterofold_hub.windows import make_windows
 
@@ -24,8 +25,14 @@ class IdentityAdapter(AffineAdapter):
 
     @classmethod
     def for_calibration(cls, calib) -> "IdentityAdapter":
-        layers = calib.sender_spec.num_layers
-        adapter = cls(config_for(calib, "identity", [[i] for i in range(layers)]))
+        return cls.for_side(calib.sender_name, calib.sender_spec)
+
+    @classmethod
+    def for_side(cls, name: str, spec) -> "IdentityAdapter":
+        layers = spec.num_layers
+        config = AdapterConfig(method="identity", sender=name, receiver=name, sender_spec=spec.to_dict(),
+                               receiver_spec=spec.to_dict(), layer_sources=[[i] for i in range(layers)])
+        adapter = cls(config)
         eye, zero = torch.eye(adapter.config.in_features), torch.zeros(adapter.config.out_features)
         for layer in range(layers):
             for kind in "kv":
@@ -73,3 +80,18 @@ def assert_same_cache(fast, reference, atol=1e-5):
         assert layer.keys.shape == k.shape and layer.keys.dtype == k.dtype
         assert torch.allclose(layer.keys, k, atol=atol, rtol=0), (layer.keys - k).abs().max()
         assert torch.allclose(layer.values, v, atol=atol, rtol=0), (layer.values - v).abs().max()
+
+
+def kernels_or_skip():
+    """The C kernels, or a skip saying why they legitimately do not run here (turned off, or no C compiler). On a
+    machine with a compiler a kernel that fails to build fails the test instead of hiding behind a skip."""
+    import pytest
+
+    from heterofold_hub import kernels
+
+    built, status = kernels.load(), kernels.status()
+    if built is None:
+        if status.startswith(("off (HF_FOLD_KERNELS=0)", "no C compiler")):
+            pytest.skip(f"C kernels not used here: {status}")
+        pytest.fail(f"the C kernels should build here but did not: {status}")
+    return built

@@ -112,3 +112,17 @@ def test_missing_config_and_foreign_metrics(package, metrics):
     (package / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(HeteroFoldError, match="no row for this adapter's method 'heterofold'"):
         render_card(package, repo_id=REPO_ID)
+
+
+def test_a_card_of_an_adapter_derived_from_gemma_states_the_gemma_terms(package, config, metrics):
+    """An adapter fitted on Gemma 3's weights is derived from Gemma: its card says so and carries license: gemma;
+    one fitted on Apache-2.0 models only stays apache-2.0."""
+    config.update(sender="gguf/smollm2-135m-instruct-q4_1", receiver="gguf/gemma3-270m-q4_k_m")
+    metrics.update(sender=config["sender"], receiver=config["receiver"])
+    (package / "adapter_config.json").write_text(json.dumps(config))
+    (package / "metrics.json").write_text(json.dumps(metrics))
+    text = render_card(package, repo_id="heterofold/smollm2-to-gemma3")
+    assert card_data(text)["license"] == "gemma"
+    assert "Gemma Terms of Use (https://ai.google.dev/gemma/terms)" in text
+    assert "`gguf/smollm2-135m-instruct-q4_1` (SmolLM2-135M-Instruct (Llama family), Q4_1): Apache-2.0." in text
+    assert card_data(render_card(FIXTURE, repo_id=REPO_ID))["license"] == "apache-2.0"

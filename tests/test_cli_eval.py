@@ -28,7 +28,7 @@ def test_eval_writes_table_and_json(pair_dirs):
 def test_eval_refuses_overlapping_calibration_and_heldout(pair_dirs):
     run = hf_fold("eval", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
                   "--data", str(pair_dirs / "calib.txt"), "--calib-data", str(pair_dirs / "calib.txt"))
-    assert run.returncode == 2 and "share documents" in run.stdout
+    assert run.returncode == 2 and "share passages" in run.stdout
 
 
 def test_eval_argument_problems_are_gathered():

@@ -241,3 +241,16 @@ def test_shipped_registry_lists_both_directions():
     run = hf_fold("list")
     assert run.returncode == 0 and L2Q in run.stdout and Q2L in run.stdout
     assert load_default_registry().path == ROOT / "registry.json"
+
+
+def test_list_show_and_search_serve_scripts():
+    """--json parses as the registry's own records; piped output is one tab-separated line per adapter with whole
+    ids, so `hf-fold list | grep tiny-qwen-code` finds them."""
+    listed = json.loads(hf_fold("list", "--json").stdout)
+    assert {L2Q, Q2L} <= {e["repo_id"] for e in listed}
+    lines = [line.split("\t") for line in hf_fold("list").stdout.splitlines()]
+    assert {(L2Q, *DEMO_PAIR), (Q2L, *DEMO_PAIR[::-1])} <= {(row[0], row[2], row[3]) for row in lines}
+    shown = json.loads(hf_fold("show", f"{L2Q}@1.0.0", "--json").stdout)
+    assert shown["repo_id"] == L2Q and [v["version"] for v in shown["versions"]] == ["v1.0.0"]
+    found = json.loads(hf_fold("search", "tiny-qwen", "--json").stdout)
+    assert {L2Q, Q2L} <= {e["repo_id"] for e in found}

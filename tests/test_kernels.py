@@ -6,6 +6,8 @@ import torch
 from heterofold_hub import kernels
 from heterofold_hub.plan import Turn
 
+from helpers import kernels_or_skip
+
 
 def tables(n: int, dim: int, rotary: int, *, seed: int = 0) -> Turn:
     """A Turn at ``n`` rows (``[n, 1, dim]`` tables) with random angles, as plan tables are after ``at``."""
@@ -16,10 +18,7 @@ def tables(n: int, dim: int, rotary: int, *, seed: int = 0) -> Turn:
 
 @pytest.fixture(scope="module")
 def kernel():
-    built = kernels.load()
-    if built is None:
-        pytest.skip("no C compiler here: the torch ops serve instead (covered by test_streaming)")
-    return built
+    return kernels_or_skip()  # the torch ops that serve without them are covered by test_streaming
 
 
 @pytest.mark.parametrize("dim,rotary", [(24, 24), (48, 48), (32, 16), (10, 0)])
@@ -65,9 +64,9 @@ def test_layouts_the_kernel_was_not_written_for_are_refused(kernel):
 def test_built_once_per_machine_atomically_and_optional(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path))
     build = kernels._loaded.__wrapped__  # load() and status() are cached for the process: (kernels, status line)
-    first, _ = build()
-    if first is None:
-        pytest.skip("no C compiler here")
+    kernels_or_skip()  # skips only where they are off or there is no compiler
+    first, status = build()
+    assert first is not None, status
     built = list((tmp_path / "kernels").iterdir())
     assert len(built) == 1 and built[0].suffix == ".so"  # no scratch left behind
     stamp = built[0].stat().st_mtime_ns

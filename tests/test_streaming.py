@@ -17,7 +17,7 @@ from heterofold_hub.streaming import LayerStream, map_cache
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
-from helpers import assert_same_cache, reference_layers, small_calibration, texts
+from helpers import assert_same_cache, kernels_or_skip, reference_layers, small_calibration, texts
 
 
 @pytest.fixture(scope="module", params=["l2q", "q2l"])
@@ -34,8 +34,8 @@ def path(request, monkeypatch):
     no C compiler)."""
     if request.param == "torch ops":
         monkeypatch.setattr("heterofold_hub.streaming.kernels.load", lambda: None)
-    elif kernels.load() is None:
-        pytest.skip("no C compiler here")
+    else:
+        kernels_or_skip()
     return request.param
 
 

@@ -1,4 +1,4 @@
-"""Fit a HeteroFold adapter: recolor from calibration statistics, then calibrate on receiver logits."""
+"""Fit a HeteroFold adapter: a closed-form map from calibration statistics, then calibration on receiver logits."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import logging
 import warnings
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.forward import native_logits, transferred_logits
 from heterofold_hub.methods import get_method
 
 from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule
 from .faults import GoodCheckpoint, training_faults
-from .module import CalibrationModule
+from .module import CalibrationModule, kl_to_teacher
 from .unfolded import UnfoldedAffine
 
 # Lightning's start-up chatter (accelerator summary, product tips) and a deprecation inside Lightning
@@ -22,22 +25,36 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARN
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
 
-def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
+# Closed-form starting points, as (method, options): moment matching of the sender features, moment matching of
+# ridge's prediction from the best-correlated sender layers, or ridge itself (KV Ridge). "auto" fits each and starts
+# from the one whose receiver KL on the first training batches is lowest: which is best depends on the pair (on the
+# real pair, ridge-recolor for Gemma 3 -> SmolLM2 but kv-ridge for SmolLM2 -> Gemma 3, where recolouring hurts).
+INITS = {"recolor": ("recolor", {}), "ridge-recolor": ("recolor", {"base": "ridge", "layers": "correlated"}),
+         "kv-ridge": ("kv-ridge", {})}
+INIT_CHOICES = ("auto", *INITS)
+AUTO_BATCHES = 4  # training batches that score the candidate starting points
+
+
+def calibrate(calib, batches=None, receiver=None, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
               progress: bool = True, precision: str = "32-true", devices: int | str = 1, strategy: str = "auto",
               accumulate: int = 1, default_root_dir: str | None = None, ckpt_path: str | None = None,
-              callbacks=None, sender_layers: str = "all", **_):
-    """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map."""
+              callbacks=None, sender_layers: str = "all", init: str = "recolor", max_minutes: float | None = None,
+              **_):
+    """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map; ``init`` (one of
+    ``INIT_CHOICES``) is the closed-form map calibration starts from; ``max_minutes`` stops training early."""
     L.seed_everything(seed, workers=True, verbose=False)
     callbacks, guard = list(callbacks or []), None
     if default_root_dir is not None:  # epochs never end (endless sampler): checkpoint by step
         guard = GoodCheckpoint(default_root_dir)
         callbacks += [ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=max(1, steps // 10)), guard]
-    init = get_method("recolor").fit(calib, sender_layers=sender_layers)
-    module = CalibrationModule(UnfoldedAffine.from_affine(init, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
+    if init not in INIT_CHOICES:
+        raise HeteroFoldError(f"--init: {init!r}; choose from {', '.join(INIT_CHOICES)}")
+    start = starting_map(calib, batches, receiver, init=init, sender_layers=sender_layers, progress=progress)
+    module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
     trainer = L.Trainer(
         accelerator="auto", devices=devices, strategy=strategy, precision=precision, max_steps=steps,
-        accumulate_grad_batches=accumulate, enable_progress_bar=progress, enable_model_summary=False,
+        accumulate_grad_batches=accumulate, max_time={"minutes": max_minutes} if max_minutes else None, enable_progress_bar=progress, enable_model_summary=False,
         logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
         deterministic=True, callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
         plugins=[AtomicCheckpointIO()],
@@ -48,3 +65,25 @@ def calibrate(calib, batches, receiver, *, steps: int = 100, lr: float = 3e-3, l
         trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path,
                     weights_only=True)
     return module.adapter.fold()
+
+
+def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", progress: bool = True):
+    """The closed-form affine map calibration starts from; with ``init="auto"`` the candidate whose receiver KL on
+    the first ``AUTO_BATCHES`` training batches is lowest (recorded in its config as ``extra["init"]``)."""
+    names = list(INITS) if init == "auto" else [init]
+    candidates = {name: get_method(INITS[name][0]).fit(calib, sender_layers=sender_layers, **INITS[name][1])
+                  for name in names}
+    scores = {}
+    if len(candidates) > 1:
+        with torch.no_grad():
+            for name, adapter in candidates.items():
+                kls = [kl_to_teacher(transferred_logits(adapter, receiver, b), native_logits(receiver, b))
+                       for b in batches[:AUTO_BATCHES]]
+                scores[name] = float(torch.stack(kls).mean())
+        if progress:
+            print("starting maps, receiver KL on training batches: "
+                  + ", ".join(f"{name} {kl:.3f}" for name, kl in scores.items()))
+    chosen = min(scores, key=scores.get) if scores else names[0]
+    start = candidates[chosen]
+    start.config.extra = {**start.config.extra, "init": chosen, "init_kl": scores}
+    return start

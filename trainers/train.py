@@ -21,23 +21,27 @@ class TrainArgs:
     sender: str
     receiver: str
     data: str = "bundled:train"
-    heldout: str = "bundled:heldout"
+    heldout: str = "bundled:unseen"
     out: Path = Path("runs/adapter")
     method: str = "heterofold"
-    max_steps: int = 150
+    max_steps: int = 250
     context_tokens: int = 512
     continuation_tokens: int = 64
-    windows: int = 128
+    windows: int = 160
     eval_windows: int = 96
-    lr: float = 3e-3
+    lr: float = 3e-4
     lora_rank: int = 0
-    batch_size: int = 8
+    batch_size: int = 2
     accumulate: int = 1
     precision: str = "32-true"
     devices: str = "1"
     strategy: str = "auto"
     seed: int = 0
     resume: bool = False
+    sender_layers: str = "all"
+    init: str = "auto"
+    calib_windows: int = 64
+    max_minutes: float | None = None
 
     def validate(self) -> None:
         """All argument problems at once, phrased in flags, before any model is loaded."""
@@ -51,6 +55,7 @@ class TrainArgs:
         for flag, value, low in (("--max-steps", self.max_steps, 1), ("--context-tokens", self.context_tokens, 2),
                                  ("--continuation-tokens", self.continuation_tokens, 1), ("--windows", self.windows, 1),
                                  ("--eval-windows", self.eval_windows, 2), ("--batch-size", self.batch_size, 1),
+                                 ("--calib-windows", self.calib_windows, 1),
                                  ("--accumulate", self.accumulate, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
@@ -58,13 +63,25 @@ class TrainArgs:
             problems.append(f"--lr: {self.lr} must be positive")
         elif not self.lr < MAX_LR:  # beyond it the optimizer's step size overflows float32 and AdamW crashes
             problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); the default is 3e-3")
+        from heterofold_hub.alignment import SENDER_LAYERS
+
+        from .calibrate import INIT_CHOICES
+
+        if self.sender_layers not in SENDER_LAYERS:
+            problems.append(f"--sender-layers: {self.sender_layers!r}; choose from {', '.join(SENDER_LAYERS)}")
+        if self.init not in INIT_CHOICES:
+            problems.append(f"--init: {self.init!r}; choose from {', '.join(INIT_CHOICES)}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            problems.append(f"--max-minutes: {self.max_minutes} must be positive (or left out)")
         if self.lora_rank < 0:
             problems.append(f"--lora-rank: {self.lora_rank} must be 0 (full-rank corrections) or positive")
         if self.continuation_tokens >= self.context_tokens:
             problems.append(f"--continuation-tokens {self.continuation_tokens} must be shorter than --context-tokens {self.context_tokens}")
         if self.sender == self.receiver:
             problems.append(f"--sender and --receiver are both {self.sender!r}; an adapter maps between two different models")
-        if self.data == self.heldout:
+        from heterofold_hub.data import same_source
+
+        if same_source(self.data, self.heldout):
             problems.append(f"--data and --heldout are both {self.data!r}; held-out text must never be trained on")
         if not (self.devices == "auto" or self.devices.isdigit()):
             problems.append(f"--devices: {self.devices!r}; give a number or 'auto'")
@@ -82,7 +99,7 @@ class TrainArgs:
 def run_train(args: TrainArgs, console: Console) -> dict:
     args.validate()
     from heterofold_hub.commands.evaluate import results_table
-    from heterofold_hub.data import read_texts
+    from heterofold_hub.data import SHINGLE_LINES, read_texts, shared_passages
     from heterofold_hub.evaluate import evaluate
     from heterofold_hub.fingerprint import tokenizer_fingerprint
     from heterofold_hub.fitting import fit_methods
@@ -94,11 +111,15 @@ def run_train(args: TrainArgs, console: Console) -> dict:
 
     from heterofold_hub import __version__
 
+    from .calibrate import calibrate
     from .faults import training_faults
 
     train_texts, heldout_texts = read_texts(args.data), read_texts(args.heldout)
-    if set(train_texts) & set(heldout_texts):
-        raise HeteroFoldError(f"--data {args.data!r} and --heldout {args.heldout!r} share documents; use disjoint data.")
+    shared = shared_passages(train_texts, heldout_texts)
+    if shared:
+        raise HeteroFoldError(f"--data {args.data!r} and --heldout {args.heldout!r} share passages ({len(shared)} held-out "
+                              f"text(s) repeat {SHINGLE_LINES} consecutive lines of training text, e.g. text {shared[0]}); "
+                              "held-out text must be disjoint from training text.")
     with console.status("loading models"):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
@@ -113,7 +134,9 @@ def run_train(args: TrainArgs, console: Console) -> dict:
             sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
             steps=args.max_steps, lr=args.lr, lora_rank=args.lora_rank, precision=args.precision, devices=devices,
             strategy=args.strategy, accumulate=args.accumulate, default_root_dir=str(args.out / "checkpoints"),
-            ckpt_path="last" if args.resume else None, nll_steps=args.max_steps,
+            ckpt_path="last" if args.resume else None, nll_steps=args.max_steps, sender_layers=args.sender_layers,
+            init=args.init, calib_windows=args.calib_windows, max_minutes=args.max_minutes,
+            fitters={"heterofold": calibrate},
         )[args.method]
     broken = [name for name, t in adapter.state_dict().items() if not torch.isfinite(t).all()]
     if broken:  # methods trained outside Lightning (dense-latent) have no per-step check

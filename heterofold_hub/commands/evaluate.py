@@ -90,9 +90,10 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     out = {}
     for source, found in resolved:
         trained_on = found.adapter.config.training_args.get("data")
-        if trained_on == args.data:
-            raise HeteroFoldError(f"Adapter {source} was trained on {trained_on!r}, the --data being evaluated; "
-                                  "held-out text must never be trained on. Evaluate on other text.")
+        if trained_on is not None and trained_on_eval_text(str(trained_on), args.data):
+            raise HeteroFoldError(f"Adapter {source} was trained on {trained_on!r}, which shares text with the --data "
+                                  f"{args.data!r} being evaluated; held-out text must never be trained on. Evaluate on "
+                                  "other text.")
         name = found.adapter.config.method
         if name in taken or name in out:
             name = f"{name} ({Path(source).name})"
@@ -100,14 +101,30 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     return out
 
 
+def trained_on_eval_text(trained_on: str, data: str) -> bool:
+    """Whether an adapter trained on ``trained_on`` saw any of ``data``: the same source under any spelling, or,
+    where the training text can still be read, a shared passage."""
+    from ..data import read_texts, same_source, shared_passages
+
+    if same_source(trained_on, data):
+        return True
+    try:
+        seen = read_texts(trained_on)
+    except HeteroFoldError:  # the training text is not on this machine: only its name can be compared
+        return False
+    return bool(shared_passages(seen, read_texts(data)))
+
+
 def disjoint_texts(args) -> tuple[list[str], list[str]]:
     """The held-out and calibration texts of ``args`` (``data``, ``calib_data``), refused if they overlap."""
-    from ..data import read_texts
+    from ..data import SHINGLE_LINES, read_texts, shared_passages
 
     eval_texts, calib_texts = read_texts(args.data), read_texts(args.calib_data)
-    if set(eval_texts) & set(calib_texts):
-        raise HeteroFoldError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share documents; "
-                              "held-out text must never be fitted on. Use disjoint data.")
+    shared = shared_passages(calib_texts, eval_texts)
+    if shared:
+        raise HeteroFoldError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share passages ({len(shared)} "
+                              f"held-out text(s) repeat {SHINGLE_LINES} consecutive lines of calibration text); held-out "
+                              "text must never be fitted on. Use disjoint data.")
     return eval_texts, calib_texts
 
 

@@ -39,7 +39,7 @@ def pick_versions(entry: AdapterEntry, version: str | None) -> list[VersionEntry
 
 
 def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
-             registry_path: Path | None, license: str, console: Console) -> None:
+             registry_path: Path | None, license: str | None, console: Console) -> None:
     from ..hub import get_hub
     from ..publishing import push_package
 
@@ -87,32 +87,53 @@ def entries_table(entries: list[AdapterEntry], title: str) -> Table:
     return table
 
 
+def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, as_json: bool) -> None:
+    """Entries as JSON (``--json``: the registry's own records), as a table on a terminal, or, piped, as one
+    tab-separated line each (repo, method, sender, receiver, latest, recovered, KL, hub) that never wraps an id."""
+    import json
+
+    if as_json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+    elif console.is_terminal:
+        console.print(entries_table(entries, title))
+    else:
+        for e in entries:
+            latest = e.versions[-1]
+            print("\t".join((e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version,
+                             f"{latest.metrics['recovered']:.3f}", f"{latest.metrics.get('kl', float('nan')):.4f}", e.hub)))
+
+
 def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
-             registry_path: Path | None, console: Console) -> list[AdapterEntry]:
+             registry_path: Path | None, console: Console, as_json: bool = False) -> list[AdapterEntry]:
     registry = open_registry(registry_path, must_exist=True)
     entries = [e for e in registry.pairs_for(receiver_id=receiver, sender_id=sender)
                if (method is None or e.method == method)
                and (family is None or family in (e.sender.spec["model_type"], e.receiver.spec["model_type"]))]
-    console.print(entries_table(entries, f"{len(entries)} adapter(s) in {registry.path}"))
+    print_entries(entries, f"{len(entries)} adapter(s) in {registry.path}", console, as_json=as_json)
     return entries
 
 
-def run_search(text: str, *, registry_path: Path | None, console: Console) -> list[AdapterEntry]:
+def run_search(text: str, *, registry_path: Path | None, console: Console, as_json: bool = False) -> list[AdapterEntry]:
     registry = open_registry(registry_path, must_exist=True)
     needle = text.lower()
     entries = [e for e in registry.entries() if needle in " ".join(
         (e.repo_id, e.method, e.sender.id, e.receiver.id, e.summary, e.sender.spec["model_type"],
          e.receiver.spec["model_type"])).lower()]
-    console.print(entries_table(entries, f"{len(entries)} adapter(s) matching {text!r}"))
+    print_entries(entries, f"{len(entries)} adapter(s) matching {text!r}", console, as_json=as_json)
     return entries
 
 
 def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, token: str | None, card: bool,
-             console: Console) -> AdapterEntry:
+             console: Console, as_json: bool = False) -> AdapterEntry:
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
     versions = pick_versions(entry, version)
+    if as_json:  # the registry record, with only the versions asked for
+        import json
+
+        print(json.dumps({**entry.to_dict(), "versions": [v.to_dict() for v in versions]}, indent=2))
+        return entry
     console.print(f"[bold]{entry.repo_id}[/] ({entry.method}, hub: {entry.hub})\n{entry.summary}")
     for role, end in (("sender", entry.sender), ("receiver", entry.receiver)):
         console.print(f"{role}: {end.id} (revision {end.revision or 'not recorded'}, tokenizer {end.tokenizer[:23]}..., "

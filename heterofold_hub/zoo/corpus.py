@@ -7,16 +7,20 @@ import json
 from pathlib import Path
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
-SPLITS = ("train", "calib", "heldout")
+# train / calib / heldout: CPython stdlib + synthetic retrieval documents, disjoint by file (what every fit reads).
+# unseen: third-party code and prose no fit reads (scripts/build_unseen_corpus.py); -code / -prose: one kind of it.
+SPLITS = ("train", "calib", "heldout", "unseen", "unseen-code", "unseen-prose")
 
 
 def load_records(split: str) -> list[dict]:
-    """All records of a split: dicts with "text" and "source"."""
+    """All records of a split: dicts with "text" and "source" (``unseen``: also "kind" and "license")."""
     if split not in SPLITS:
         raise ValueError(f"unknown corpus split {split!r}; valid splits are {', '.join(SPLITS)}")
-    path = CORPUS_DIR / f"{split}.jsonl.gz"
+    name, _, kind = split.partition("-")
+    path = CORPUS_DIR / f"{name}.jsonl.gz"
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        records = [json.loads(line) for line in f if line.strip()]
+    return [r for r in records if r.get("kind") == kind] if kind else records
 
 
 def load_corpus(split: str) -> list[str]:

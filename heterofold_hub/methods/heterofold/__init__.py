@@ -1,10 +1,11 @@
-"""HeteroFold: moment-matched recoloring, then output-aware calibration on the receiver's logits, folded.
+"""HeteroFold: a closed-form starting map, then output-aware calibration on the receiver's logits, folded.
 
-The folded adapter is one affine map per receiver layer for K and V, exactly like recoloring's, so
-transfer costs the same. Calibration lives in ``trainers/`` (Lightning); ``fit`` here runs it with
-the library defaults so every method can be fitted through one interface.
+The folded adapter is one affine map per receiver layer for K and V, exactly like recoloring's, so transfer costs
+the same. Calibration is training, and training lives in ``trainers/`` (Lightning), which depends on this library
+and never the other way round: ``hf-fold train`` fits it (``trainers.calibrate.calibrate``).
 """
 
+from ...errors import HeteroFoldError
 from ..affine import AffineAdapter
 from ..base import register_method
 
@@ -14,7 +15,6 @@ class HeteroFoldAdapter(AffineAdapter):
     """Folded HeteroFold adapter: ``k = x @ k_weight[layer] + k_bias[layer]`` (same for v)."""
 
     @classmethod
-    def fit(cls, calib, *, batches=None, receiver=None, seed: int = 0, progress: bool = True, **options) -> "HeteroFoldAdapter":
-        from trainers.calibrate import calibrate  # late import: trainers depends on the library
-
-        return calibrate(calib, batches, receiver, seed=seed, progress=progress, **options)
+    def fit(cls, calib, **_) -> "HeteroFoldAdapter":
+        raise HeteroFoldError("HeteroFold adapters are trained, not fitted in closed form: run `hf-fold train` (or "
+                              "trainers.calibrate.calibrate), then score the package with `hf-fold eval --adapter DIR`.")

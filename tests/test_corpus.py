@@ -1,0 +1,34 @@
+"""The evaluation text is disjoint from everything any fit reads, by content as well as by name."""
+
+from heterofold_hub.data import read_texts, same_source, shared_passages
+from heterofold_hub.zoo.corpus import CORPUS_DIR, load_records
+
+
+def test_the_unseen_split_shares_no_passage_with_fitted_text():
+    seen = read_texts("bundled:train") + read_texts("bundled:calib")
+    assert shared_passages(seen, read_texts("bundled:unseen")) == []
+
+
+def test_the_unseen_split_is_third_party_code_and_prose_with_their_licences():
+    records = load_records("unseen")
+    assert {r["kind"] for r in records} == {"code", "prose"}
+    assert len(read_texts("bundled:unseen-code")) + len(read_texts("bundled:unseen-prose")) == len(records)
+    for r in records:
+        package = r["source"].split("==")[0]
+        assert (CORPUS_DIR / "licenses" / f"{package}.txt").is_file(), package
+        assert any(name in r["license"] for name in ("MIT", "BSD", "Apache")), r["license"]
+        assert not r["source"].startswith(("synthetic/",)) and "/test" not in r["source"]
+
+
+def test_a_near_duplicate_is_caught_and_unrelated_text_is_not():
+    original = read_texts("bundled:calib")[0]
+    lines = original.splitlines()
+    edited = "\n".join(lines[:10] + ["# an edit"] + lines[10:]).replace("self", "this", 1)
+    assert shared_passages([original], [edited, read_texts("bundled:unseen")[0]]) == [0]
+
+
+def test_two_spellings_of_one_file_are_the_same_source(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.jsonl").write_text("{}")
+    assert same_source("./x.jsonl", "x.jsonl") and same_source(str(tmp_path / "x.jsonl"), "x.jsonl")
+    assert not same_source("bundled:train", "bundled:unseen") and same_source("bundled:train", "bundled:train")

@@ -1,0 +1,35 @@
+"""Every results table in README.md is generated from a committed JSON result (benchmarks/results/), so no figure
+is typed in by hand or taken from an ignored run folder."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from heterofold_hub.reports import fidelity_caption, fidelity_markdown
+
+from helpers import ROOT
+
+RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*/fidelity-*.json"))
+
+
+def test_fidelity_results_are_committed():
+    assert RESULTS, "benchmarks/results/*/fidelity-*.json holds the README's fidelity figures"
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_readme_shows_each_committed_fidelity_result_exactly(path: Path):
+    result = json.loads(path.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert fidelity_caption(result) in readme, f"README lacks the caption of {path.name}"
+    assert fidelity_markdown(result) in readme, f"README's table for {path.name} differs from the JSON"
+
+
+def test_the_table_puts_references_first_and_rounds_as_shown():
+    result = {"methods": {"kv-ridge": {"recovered": 0.5, "recovered_se": 0.01, "kl": 1.0, "kl_se": 0.1, "top1": 0.6,
+                                       "nll": 2.0, "nll_se": 0.2},
+                          "native": {"recovered": 1.0, "recovered_se": 0.0, "kl": 0.0, "kl_se": 0.0, "top1": 1.0,
+                                     "nll": 1.5, "nll_se": 0.2}}}
+    lines = fidelity_markdown(result).splitlines()
+    assert lines[2] == "| native | 1.000 ± 0.000 | 0.000 ± 0.000 | 1.000 | 1.500 ± 0.200 |"
+    assert lines[3] == "| kv-ridge | 0.500 ± 0.010 | 1.000 ± 0.100 | 0.600 | 2.000 ± 0.200 |"

@@ -1,0 +1,97 @@
+"""The real pair, SmolLM2-135M (Llama family) and Gemma 3 270M, loaded from their PyPI GGUF packages.
+
+Each model is loaded once per session (converted to safetensors under HF_FOLD_HOME on first use). These tests
+check what only real models show: their layouts and revisions, the sink token, and that a transfer into Gemma 3
+is exact across its 512-token sliding window (identity) and continues with the receiver's own cache classes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from heterofold_hub.data import read_texts
+from heterofold_hub.kvcache import full_cache
+from heterofold_hub.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.sources import PACKAGED
+
+from helpers import ROOT, IdentityAdapter
+
+SMOL, GEMMA = "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"
+REAL_ADAPTERS = {(SMOL, GEMMA): "heterofold/smollm2-135m-to-gemma3-270m",
+                 (GEMMA, SMOL): "heterofold/gemma3-270m-to-smollm2-135m"}
+
+
+@pytest.fixture(scope="session")
+def long_text() -> str:
+    """Unseen-source text longer than Gemma 3's 512-token window (about 800 tokens)."""
+    return read_texts("bundled:unseen-code")[0][:3200]
+
+
+def test_both_ids_load_with_their_layouts_and_revisions(smol, gemma):
+    assert (smol.spec.model_type, smol.spec.num_layers, smol.spec.kv_heads, smol.spec.head_dim) == ("llama", 30, 3, 64)
+    assert smol.spec.layer_types is None and smol.spec.sliding_window is None
+    assert (gemma.spec.model_type, gemma.spec.num_layers, gemma.spec.kv_heads, gemma.spec.head_dim) == \
+        ("gemma3_text", 18, 1, 256)
+    assert gemma.spec.sliding_window == 512 and gemma.spec.full_layers == [5, 11, 17]
+    # the revision an adapter records is the GGUF file's hash: other weights of the same name never match
+    assert smol.revision == f"sha256:{PACKAGED[SMOL].sha256}" and gemma.revision == f"sha256:{PACKAGED[GEMMA].sha256}"
+
+
+def test_the_sink_token_of_each_model(smol, gemma):
+    """SmolLM2's texts start with <|endoftext|> (its pretraining separator; the GGUF's BOS <|im_start|> is a chat
+    marker), Gemma 3's with <bos>: that first token's KV is computed natively by a receiver."""
+    assert smol.tokenizer.convert_ids_to_tokens(smol.prefix_ids().tolist()) == ["<|endoftext|>"]
+    assert gemma.tokenizer.convert_ids_to_tokens(gemma.prefix_ids().tolist()) == ["<bos>"]
+    assert smol.tokenizer("def f(): pass")["input_ids"][0] == 0
+
+
+def test_identity_into_gemma3_is_exact_across_its_sliding_window(gemma, long_text):
+    """Gemma 3 -> Gemma 3 through the identity map: the cache has the receiver's own layer classes (sliding layers
+    keep 511 positions), and the receiver continues exactly as after its own prefill."""
+    tokens = gemma.tokenizer(long_text, return_tensors="pt")
+    assert tokens.input_ids.shape[1] > 600  # well past the window
+    pipe = TransferPipeline(IdentityAdapter.for_side(GEMMA, gemma.spec), gemma, gemma)
+    with torch.no_grad():
+        sender_cache = gemma.model(**tokens, use_cache=True, cache=full_cache()).cache
+    result = pipe.transfer(sender_cache, long_text)
+    native = native_prefill(gemma, long_text)
+    for mapped, own in zip(result.cache.layers, native.cache.layers, strict=True):
+        assert type(mapped) is type(own) and mapped.keys.shape == own.keys.shape
+        assert mapped.get_seq_length() == own.get_seq_length()
+        assert torch.allclose(mapped.keys, own.keys, atol=1e-3) and torch.allclose(mapped.values, own.values, atol=1e-3)
+    assert [layer.keys.shape[2] for layer in result.cache.layers].count(511) == 15
+    new = pipe.generate(result, max_new_tokens=8, do_sample=False)
+    reference = gemma.model.generate(**tokens, max_new_tokens=8, do_sample=False)[:, tokens.input_ids.shape[1]:]
+    assert new.tolist() == reference.tolist()
+
+
+@pytest.mark.parametrize("sender,receiver", [(SMOL, GEMMA), (GEMMA, SMOL)], ids=["smollm2-to-gemma3", "gemma3-to-smollm2"])
+def test_from_pretrained_resolves_the_shipped_adapter_offline_in_a_fresh_process(sender, receiver, long_text):
+    """What application code does: resolve the registered adapter for the pair with no network, map the sender's
+    cache (a full one: a Gemma 3 sender's default cache keeps only the window of its sliding layers) and generate."""
+    code = f"""
+import torch
+from heterofold_hub import HeteroFoldModel
+from heterofold_hub.kvcache import full_cache
+text = {long_text[:2000]!r}
+model = HeteroFoldModel.from_pretrained({sender!r}, {receiver!r}, load_sender=True, local_files_only=True)
+inputs = model.sender.tokenizer(text, return_tensors="pt")
+with torch.no_grad():
+    cache = model.sender.model(**inputs, use_cache=True, cache=full_cache()).cache
+result = model.transfer(cache, text)
+new = model.generate(result, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+print(model.resolved.repo_id, model.resolved.version, result.prefilled, "x".join(map(str, new.shape)),
+      type(result.cache.layers[0]).__name__)
+"""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    repo_id, version, prefilled, shape, layer = run.stdout.split()[-5:]
+    assert repo_id == REAL_ADAPTERS[(sender, receiver)] and version.startswith("v") and prefilled == "False"
+    assert shape == "1x5"
+    assert layer == ("DynamicSlidingWindowLayer" if receiver == GEMMA else "DynamicLayer")
