@@ -113,7 +113,8 @@ def eval_command(
 def train_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
-    data: str = typer.Option("bundled:train", help="Training text: bundled:<split>, a text file, a folder or a JSONL file ('text')."),
+    data: str = typer.Option("bundled:train-natural", help="Training text: bundled:<split>, a text file, a folder or a "
+                             "JSONL file ('text'). Default: the standard library's files (no synthetic documents)."),
     heldout: str = typer.Option("bundled:unseen", help="Held-out text for the final fidelity table (never trained on)."),
     out: Path = typer.Option(Path("runs/adapter"), help="Output folder: the adapter package."),
     method: str = typer.Option("heterofold", help="heterofold | kv-ridge | dense-latent."),
@@ -123,7 +124,8 @@ def train_command(
     windows: int = typer.Option(160, help="Training windows cut from --data."),
     calib_windows: int = typer.Option(64, help="Of those, the windows whose statistics fit the starting map."),
     eval_windows: int = typer.Option(96, help="Held-out windows for the final table."),
-    lr: float = typer.Option(3e-4, help="Peak learning rate (3e-3 diverges on the real pair)."),
+    lr: Optional[float] = typer.Option(None, help="Peak learning rate (default: the method's own; heterofold 3e-4, "
+                                       "dense-latent 2e-3)."),
     lora_rank: int = typer.Option(0, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
     batch_size: int = typer.Option(2, help="Windows per optimizer step."),
     accumulate: int = typer.Option(1, help="Gradient accumulation steps."),

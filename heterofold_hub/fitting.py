@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .calibration import collect
+from .errors import HeteroFoldError
 from .methods import get_method
 from .methods.base import PairAdapter
 from .models import Side
@@ -22,14 +23,18 @@ def fit_methods(
     progress: bool = True,
     calib_windows: int | None = None,
     fitters: dict | None = None,
-    **options,
+    options: dict[str, dict] | None = None,
 ) -> dict[str, PairAdapter]:
     """One adapter per method, all fitted on the same ``windows``: closed-form statistics from the first
     ``calib_windows`` of them (default all; they keep at most 32768 positions anyway), training on all.
 
+    ``options[name]``: that method's options (its ``MethodOptions`` fields; an unknown one is an error).
     ``fitters`` maps a method name to a function used instead of its class's ``fit`` (same arguments): how the
     trainer supplies HeteroFold's calibration without the library importing the trainer."""
-    fitters = fitters or {}
+    fitters, options = fitters or {}, options or {}
+    stray = sorted(set(options) - set(methods))
+    if stray:
+        raise HeteroFoldError(f"Options given for {', '.join(stray)}, which is not being fitted ({', '.join(methods)}).")
     classes = {name: get_method(name) for name in methods}
     calib = collect(sender, receiver, windows[:calib_windows], batch_size=batch_size, seed=seed, progress=progress)
     batches = None
@@ -38,5 +43,6 @@ def fit_methods(
         if name not in CLOSED_FORM and batches is None:
             batches = [prepare_batch(windows[i : i + batch_size], sender, receiver) for i in range(0, len(windows), batch_size)]
         fit = fitters.get(name, cls.fit)
-        adapters[name] = fit(calib, batches=batches, receiver=receiver, seed=seed, progress=progress, **options)
+        adapters[name] = fit(calib, batches=batches, receiver=receiver, seed=seed, progress=progress,
+                             **options.get(name, {}))
     return adapters

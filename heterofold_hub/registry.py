@@ -25,6 +25,7 @@ PREFERRED_METHOD = "heterofold"
 HUB_NAMES = ("embedded", "local", "hf")  # or an http(s):// endpoint URL
 SPEC_FIELDS = {"model_type": str, "num_layers": int, "kv_heads": int, "head_dim": int, "rope": str,
                "max_positions": int}  # KVSpec.to_dict(), in field order
+OPTIONAL_SPEC_FIELDS = {"layer_types": list, "sliding_window": int}  # models that mix sliding and full layers
 METRIC_FIELDS = {"recovered": float, "kl": float, "top1": float, "nll": float, "benefit": float,
                  "context_tokens": int}  # only "recovered" is required: min_recovered filters on it
 _FINGERPRINT_RE = re.compile(r"sha256:[0-9a-f]{64}")
@@ -54,7 +55,7 @@ class PairEnd:
             object.__setattr__(self, "spec", self.spec.to_dict())
 
     def to_dict(self) -> dict:
-        spec = None if self.spec is None else _ordered(self.spec, SPEC_FIELDS)
+        spec = None if self.spec is None else _ordered(self.spec, [*SPEC_FIELDS, *OPTIONAL_SPEC_FIELDS])
         return {"id": self.id, "revision": self.revision, "tokenizer": self.tokenizer, "spec": spec}
 
 
@@ -169,9 +170,10 @@ class _Checker:
     def end(self, raw, where: str) -> PairEnd:
         self.keys(raw, where, ("id", "revision", "tokenizer", "spec"))
         spec = raw["spec"]
-        self.keys(spec, _join(where, "spec"), tuple(SPEC_FIELDS))
-        for name, kind in SPEC_FIELDS.items():
-            self.value(spec[name], f"{where}.spec.{name}", kind)
+        self.keys(spec, _join(where, "spec"), tuple(SPEC_FIELDS), tuple(OPTIONAL_SPEC_FIELDS))
+        for name, kind in {**SPEC_FIELDS, **OPTIONAL_SPEC_FIELDS}.items():
+            if name in spec:
+                self.value(spec[name], f"{where}.spec.{name}", kind)
         return PairEnd(id=self.hub_rule(raw["id"], _join(where, "id"), validate_repo_id),
                        revision=self.value(raw["revision"], _join(where, "revision"), str, nullable=True),
                        tokenizer=self.pattern(raw["tokenizer"], _join(where, "tokenizer"), _FINGERPRINT_RE,

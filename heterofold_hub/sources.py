@@ -13,6 +13,7 @@ so a killed or concurrent conversion never leaves a half-written model behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -163,12 +164,23 @@ def local_gguf(name: str) -> str:
     if not path.is_file():
         raise HeteroFoldError(f"GGUF file {name!r} does not exist. Pass an existing .gguf file, or one of the packaged "
                               f"models: {', '.join(PACKAGED)}.")
-    digest = sha256_of(path)
+    digest = _file_hash(str(path.resolve()), *_stamp(path))
     folder = models_root() / digest
     with locked(folder):
         if not _current(folder):
             _convert(path, folder, expected=digest, model_id=str(path.resolve()), licence=None, hint="")
     return str(folder)
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=64)
+def _file_hash(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, once per process for an unchanged file (one load resolves a path several times)."""
+    return sha256_of(Path(path))
 
 
 def _current(folder: Path) -> bool:

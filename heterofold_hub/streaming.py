@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from . import kernels
-from .errors import HeteroFoldError, PairMismatchError
 from .arch import KVSpec
+from .errors import HeteroFoldError, PairMismatchError
 from .kvcache import LayerKV, build_cache
 from .methods.base import PairAdapter
 from .plan import TransferPlan, Turn

@@ -32,3 +32,12 @@ def test_two_spellings_of_one_file_are_the_same_source(tmp_path, monkeypatch):
     (tmp_path / "x.jsonl").write_text("{}")
     assert same_source("./x.jsonl", "x.jsonl") and same_source(str(tmp_path / "x.jsonl"), "x.jsonl")
     assert not same_source("bundled:train", "bundled:unseen") and same_source("bundled:train", "bundled:train")
+
+
+def test_natural_and_retrieval_parts_partition_each_fitted_split():
+    for split in ("train", "calib", "heldout"):
+        whole = load_records(split)
+        natural, retrieval = load_records(f"{split}-natural"), load_records(f"{split}-retrieval")
+        assert len(natural) + len(retrieval) == len(whole) and natural and retrieval
+        assert all(not r["source"].startswith("synthetic/") for r in natural)
+        assert all(r["source"].startswith("synthetic/retrieval/") for r in retrieval)

@@ -58,8 +58,10 @@ def test_cache_of_integers_or_with_a_bad_layer_is_refused(pipe):
     layers = [(l.keys, l.values) for l in prefill(pipe.sender, text).layers]
     with pytest.raises(PairMismatchError, match="holds torch.int64 tensors"):
         pipe.transfer([(k.long(), v.long()) for k, v in layers], text)
-    broken = layers[:-1] + [(layers[-1][0][:, :, :-2], layers[-1][1][:, :, :-2])]  # one layer shorter than the rest
-    with pytest.raises(PairMismatchError, match=f"Sender layer {len(layers) - 1} keys have shape"):
+    used = max(s for sources in pipe.adapter.config.layer_sources for s in sources)  # a layer the map reads
+    broken = list(layers)
+    broken[used] = (layers[used][0][:, :, :-2], layers[used][1][:, :, :-2])  # one layer shorter than the rest
+    with pytest.raises(PairMismatchError, match=f"Sender layer {used} keys have shape"):
         pipe.transfer(broken, text)
 
 

@@ -18,7 +18,7 @@ import pytest
 from heterofold_hub.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.registry import (
-    SPEC_FIELDS, NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry,
+    SPEC_FIELDS, OPTIONAL_SPEC_FIELDS, NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry,
 )
 
 FIXTURE = Path(__file__).parent / "data" / "registry" / "registry.json"
@@ -60,7 +60,7 @@ def test_round_trip_is_byte_identical(registry, tmp_path):
 
 
 def test_spec_fields_are_kvspec_fields():
-    assert list(SPEC_FIELDS) == [f.name for f in dataclasses.fields(KVSpec)]
+    assert [*SPEC_FIELDS, *OPTIONAL_SPEC_FIELDS] == [f.name for f in dataclasses.fields(KVSpec)]
 
 
 def _set(path: str, value):

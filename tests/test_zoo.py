@@ -138,7 +138,7 @@ def test_corpus_files_and_splits():
     retr = sum(len(r["text"]) for r in heldout if r["source"].startswith("synthetic/retrieval/"))
     assert 0.3 < retr / sum(len(r["text"]) for r in heldout) < 0.6
     assert load_corpus("calib")
-    with pytest.raises(ValueError, match="train, calib, heldout"):
+    with pytest.raises(ValueError, match="valid splits are train, train-natural"):
         load_corpus("test")
 
 

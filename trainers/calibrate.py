@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -12,6 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.forward import native_logits, transferred_logits
 from heterofold_hub.methods import get_method
+from heterofold_hub.methods.base import MethodOptions
 
 from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule
@@ -27,42 +29,62 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 
 # Closed-form starting points, as (method, options): moment matching of the sender features, moment matching of
 # ridge's prediction from the best-correlated sender layers, or ridge itself (KV Ridge). "auto" fits each and starts
-# from the one whose receiver KL on the first training batches is lowest: which is best depends on the pair (on the
-# real pair, ridge-recolor for Gemma 3 -> SmolLM2 but kv-ridge for SmolLM2 -> Gemma 3, where recolouring hurts).
+# from the one whose receiver KL on the first training batches is lowest: which is best depends on the pair.
 INITS = {"recolor": ("recolor", {}), "ridge-recolor": ("recolor", {"base": "ridge", "layers": "correlated"}),
          "kv-ridge": ("kv-ridge", {})}
 INIT_CHOICES = ("auto", *INITS)
 AUTO_BATCHES = 4  # training batches that score the candidate starting points
 
 
-def calibrate(calib, batches=None, receiver=None, *, steps: int = 100, lr: float = 3e-3, lora_rank: int = 0, seed: int = 0,
-              progress: bool = True, precision: str = "32-true", devices: int | str = 1, strategy: str = "auto",
-              accumulate: int = 1, default_root_dir: str | None = None, ckpt_path: str | None = None,
-              callbacks=None, sender_layers: str = "all", init: str = "recolor", max_minutes: float | None = None,
-              **_):
-    """Returns the folded adapter. ``lora_rank=0`` trains full-rank corrections of every map; ``init`` (one of
-    ``INIT_CHOICES``) is the closed-form map calibration starts from; ``max_minutes`` stops training early."""
+@dataclass
+class CalibrationOptions(MethodOptions):
+    """HeteroFold's training options: ``steps`` optimizer steps (or fewer, ``max_minutes``) of AdamW at peak ``lr``
+    on full-rank (``lora_rank=0``) or LoRA corrections, from the ``init`` starting map over ``sender_layers``;
+    Lightning's ``precision``, ``devices``, ``strategy`` and ``accumulate``; checkpoints in ``default_root_dir``,
+    resumed from ``ckpt_path``."""
+
+    steps: int = 100
+    lr: float = 3e-4  # 3e-3 diverged on the real pair, 1e-3 did worse (batch 1); the tiny pair takes 3e-3
+    lora_rank: int = 0
+    init: str = "auto"
+    sender_layers: str = "all"
+    max_minutes: float | None = None
+    precision: str = "32-true"
+    devices: int | str = 1
+    strategy: str = "auto"
+    accumulate: int = 1
+    default_root_dir: str | None = None
+    ckpt_path: str | None = None
+
+    def __post_init__(self):
+        if self.init not in INIT_CHOICES:
+            raise HeteroFoldError(f"heterofold: init={self.init!r}; choose from {', '.join(INIT_CHOICES)}")
+
+
+def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bool = True, callbacks=None, **options):
+    """The folded HeteroFold adapter fitted on ``calib`` statistics and ``batches`` through the frozen ``receiver``;
+    ``options`` are :class:`CalibrationOptions` (an unknown one is an error)."""
+    o = CalibrationOptions.from_kwargs("heterofold", options)
     L.seed_everything(seed, workers=True, verbose=False)
     callbacks, guard = list(callbacks or []), None
-    if default_root_dir is not None:  # epochs never end (endless sampler): checkpoint by step
-        guard = GoodCheckpoint(default_root_dir)
-        callbacks += [ModelCheckpoint(dirpath=default_root_dir, save_last=True, save_top_k=0,
-                                      every_n_train_steps=max(1, steps // 10)), guard]
-    if init not in INIT_CHOICES:
-        raise HeteroFoldError(f"--init: {init!r}; choose from {', '.join(INIT_CHOICES)}")
-    start = starting_map(calib, batches, receiver, init=init, sender_layers=sender_layers, progress=progress)
-    module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=lora_rank), receiver, lr=lr, max_steps=steps)
+    if o.default_root_dir is not None:  # epochs never end (endless sampler): checkpoint by step
+        guard = GoodCheckpoint(o.default_root_dir)
+        callbacks += [ModelCheckpoint(dirpath=o.default_root_dir, save_last=True, save_top_k=0,
+                                      every_n_train_steps=max(1, o.steps // 10)), guard]
+    start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
+    module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
+                               max_steps=o.steps)
     trainer = L.Trainer(
-        accelerator="auto", devices=devices, strategy=strategy, precision=precision, max_steps=steps,
-        accumulate_grad_batches=accumulate, max_time={"minutes": max_minutes} if max_minutes else None, enable_progress_bar=progress, enable_model_summary=False,
-        logger=False, enable_checkpointing=default_root_dir is not None, default_root_dir=default_root_dir,
-        deterministic=True, callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False,
-        plugins=[AtomicCheckpointIO()],
+        accelerator="auto", devices=o.devices, strategy=o.strategy, precision=o.precision, max_steps=o.steps,
+        max_time={"minutes": o.max_minutes} if o.max_minutes else None, accumulate_grad_batches=o.accumulate,
+        enable_progress_bar=progress, enable_model_summary=False, logger=False,
+        enable_checkpointing=o.default_root_dir is not None, default_root_dir=o.default_root_dir, deterministic=True,
+        callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False, plugins=[AtomicCheckpointIO()],
     )
-    settings = {"--accumulate": accumulate, "--batch-size": len(batches[0]) if batches else None}
-    with training_faults(lr=lr, precision=precision, guard=guard, settings=settings):
+    settings = {"--accumulate": o.accumulate, "--batch-size": len(batches[0]) if batches else None}
+    with training_faults(lr=o.lr, precision=o.precision, guard=guard, settings=settings):
         # weights_only: resuming reads tensors and plain containers only, never unpickles arbitrary objects
-        trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=ckpt_path,
+        trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=o.ckpt_path,
                     weights_only=True)
     return module.adapter.fold()
 

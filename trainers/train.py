@@ -20,7 +20,7 @@ MAX_LR = 1e37  # AdamW's first step is lr / (1 - beta1) = 10 lr, which must stay
 class TrainArgs:
     sender: str
     receiver: str
-    data: str = "bundled:train"
+    data: str = "bundled:train-natural"
     heldout: str = "bundled:unseen"
     out: Path = Path("runs/adapter")
     method: str = "heterofold"
@@ -29,7 +29,7 @@ class TrainArgs:
     continuation_tokens: int = 64
     windows: int = 160
     eval_windows: int = 96
-    lr: float = 3e-4
+    lr: float | None = None  # None: the method's own default (CalibrationOptions, DenseLatentOptions)
     lora_rank: int = 0
     batch_size: int = 2
     accumulate: int = 1
@@ -59,10 +59,10 @@ class TrainArgs:
                                  ("--accumulate", self.accumulate, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
-        if not self.lr > 0:
+        if self.lr is not None and not self.lr > 0:
             problems.append(f"--lr: {self.lr} must be positive")
-        elif not self.lr < MAX_LR:  # beyond it the optimizer's step size overflows float32 and AdamW crashes
-            problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); the default is 3e-3")
+        elif self.lr is not None and not self.lr < MAX_LR:  # beyond it AdamW's step size overflows float32
+            problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); leave it out for the method's default")
         from heterofold_hub.alignment import SENDER_LAYERS
 
         from .calibrate import INIT_CHOICES
@@ -96,6 +96,27 @@ class TrainArgs:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
+def method_options(args: TrainArgs) -> dict:
+    """The options of the method being trained, from the flags that apply to it (every method: --sender-layers;
+    trained ones: --max-steps and --lr; heterofold: the Lightning and starting-map flags). Same --max-steps for
+    every method is what "same budget" means: dense-latent gets that many MSE steps and as many NLL steps."""
+    from heterofold_hub.methods.dense_latent import DenseLatentOptions
+
+    from .calibrate import CalibrationOptions
+
+    options = {"sender_layers": args.sender_layers}
+    if args.method == "kv-ridge":
+        return options
+    if args.method == "dense-latent":
+        lr = DenseLatentOptions.lr if args.lr is None else args.lr
+        return {**options, "lr": lr, "mse_steps": args.max_steps, "nll_steps": args.max_steps}
+    lr = CalibrationOptions.lr if args.lr is None else args.lr
+    return {**options, "lr": lr, "steps": args.max_steps, "lora_rank": args.lora_rank, "precision": args.precision,
+            "devices": args.devices if args.devices == "auto" else int(args.devices), "strategy": args.strategy,
+            "accumulate": args.accumulate, "default_root_dir": str(args.out / "checkpoints"),
+            "ckpt_path": "last" if args.resume else None, "init": args.init, "max_minutes": args.max_minutes}
+
+
 def run_train(args: TrainArgs, console: Console) -> dict:
     args.validate()
     from heterofold_hub.commands.evaluate import results_table
@@ -127,24 +148,21 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     if len(windows) < args.batch_size:
         raise HeteroFoldError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
                               f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
-    devices = args.devices if args.devices == "auto" else int(args.devices)
+    options = method_options(args)
+    lr = options.get("lr", 0.0)
     settings = {"--batch-size": args.batch_size, "--accumulate": args.accumulate, "--context-tokens": args.context_tokens}
-    with training_faults(lr=args.lr, precision=args.precision, settings=settings, where=f"while fitting {args.method}"):
+    with training_faults(lr=lr, precision=args.precision, settings=settings, where=f"while fitting {args.method}"):
         adapter = fit_methods(
             sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
-            steps=args.max_steps, lr=args.lr, lora_rank=args.lora_rank, precision=args.precision, devices=devices,
-            strategy=args.strategy, accumulate=args.accumulate, default_root_dir=str(args.out / "checkpoints"),
-            ckpt_path="last" if args.resume else None, nll_steps=args.max_steps, sender_layers=args.sender_layers,
-            init=args.init, calib_windows=args.calib_windows, max_minutes=args.max_minutes,
-            fitters={"heterofold": calibrate},
+            calib_windows=args.calib_windows, fitters={"heterofold": calibrate}, options={args.method: options},
         )[args.method]
     broken = [name for name, t in adapter.state_dict().items() if not torch.isfinite(t).all()]
     if broken:  # methods trained outside Lightning (dense-latent) have no per-step check
         hint = "" if args.precision == "32-true" else " or use --precision 32-true"
         raise TrainingError(f"Training diverged: the fitted {args.method} adapter has NaN/inf in {broken[:3]}. Lower "
-                            f"--lr (it is {args.lr:g}){hint} and train again. No adapter was saved.")
+                            f"--lr (it is {lr:g}){hint} and train again. No adapter was saved.")
     held_out = make_windows(heldout_texts, receiver, max_windows=args.eval_windows, **cut)
-    with training_faults(lr=args.lr, precision=args.precision, settings=settings, where="while evaluating on --heldout"):
+    with training_faults(lr=lr, precision=args.precision, settings=settings, where="while evaluating on --heldout"):
         result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
     console.print(results_table(result))
     adapter.config = replace(

@@ -67,7 +67,8 @@ def bench_adapters(sender, receiver) -> dict:
     from ..windows import make_windows
 
     calib = make_windows(read_texts("bundled:calib"), receiver, context_tokens=256, continuation_tokens=32, max_windows=16)
-    adapters = fit_methods(sender, receiver, ["kv-ridge", "dense-latent"], calib, mse_steps=50, nll_steps=5)
+    adapters = fit_methods(sender, receiver, ["kv-ridge", "dense-latent"], calib,
+                           options={"dense-latent": {"mse_steps": 50, "nll_steps": 5}})
     try:
         adapters = {"heterofold": resolve_adapter(sender, receiver).adapter, **adapters}
     except NoAdapterError:  # no registered adapter: time the recolor map, which has exactly its cost

@@ -97,6 +97,25 @@ class AdapterConfig:
         return cls(**data)
 
 
+@dataclass
+class MethodOptions:
+    """A method's fit options (PEFT's config-as-dataclass): typed fields with their defaults, checked in
+    ``__post_init__``. Built from keyword arguments by :meth:`from_kwargs`, where an unknown name is an error
+    rather than silently dropped, so "same data and budget" is what actually ran."""
+
+    @classmethod
+    def from_kwargs(cls, method: str, options: dict) -> "MethodOptions":
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise HeteroFoldError(f"{method}: unknown option(s) {', '.join(unknown)}; its options are "
+                                  f"{', '.join(known)} ({cls.__name__}).")
+        return cls(**options)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class PairAdapter(nn.Module, ABC):
     """Maps one (sender, receiver) pair's aligned sender features to receiver K/V."""
 

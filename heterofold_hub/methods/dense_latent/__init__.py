@@ -7,6 +7,8 @@ layer costs two matmuls and a GELU at transfer time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from rich.progress import Progress
 from torch import nn
@@ -14,7 +16,21 @@ from torch import nn
 from ...alignment import layers_by_depth, source_candidates
 from ...errors import TrainingError
 from ..affine import config_for
-from ..base import PairAdapter, register_method
+from ..base import MethodOptions, PairAdapter, register_method
+
+
+@dataclass
+class DenseLatentOptions(MethodOptions):
+    """Budget of the two phases (``mse_steps`` on ``tokens_per_step`` calibration positions each, then
+    ``nll_steps`` batches through the receiver), Adam's ``lr``, the MLP's ``hidden`` width, and its sources."""
+
+    hidden: int = 256
+    mse_steps: int = 300
+    nll_steps: int = 40
+    lr: float = 2e-3
+    tokens_per_step: int = 4096
+    sources_per_layer: int = 2
+    sender_layers: str = "all"
 
 
 @register_method("dense-latent")
@@ -47,14 +63,14 @@ class DenseLatentAdapter(PairAdapter):
         return self._mlp("k", layer, keys), self._mlp("v", layer, values)
 
     @classmethod
-    def fit(cls, calib, *, batches=None, receiver=None, hidden: int = 256, mse_steps: int = 300,
-            nll_steps: int = 40, lr: float = 2e-3, tokens_per_step: int = 4096, seed: int = 0,
-            sources_per_layer: int = 2, sender_layers: str = "all", progress: bool = True,
-            **_) -> "DenseLatentAdapter":
+    def fit(cls, calib, *, batches=None, receiver=None, seed: int = 0, progress: bool = True,
+            **options) -> "DenseLatentAdapter":
         """MSE phase on ``calib`` features; NLL phase on ``batches`` (prepared windows) through ``receiver``."""
+        o = DenseLatentOptions.from_kwargs("dense-latent", options)
+        hidden, mse_steps, nll_steps, lr, tokens_per_step = o.hidden, o.mse_steps, o.nll_steps, o.lr, o.tokens_per_step
         torch.manual_seed(seed)
-        sources = layers_by_depth(calib.sender_spec.num_layers, calib.receiver_spec.num_layers, sources_per_layer,
-                                  source_candidates(calib.sender_spec, sender_layers))
+        sources = layers_by_depth(calib.sender_spec.num_layers, calib.receiver_spec.num_layers, o.sources_per_layer,
+                                  source_candidates(calib.sender_spec, o.sender_layers))
         adapter = cls(config_for(calib, "dense-latent", sources, hidden=hidden, mse_steps=mse_steps, nll_steps=nll_steps, lr=lr))
         inputs = {kind: [torch.cat([calib.sender[s][j] for s in src], -1) for src in sources] for j, kind in enumerate("kv")}
         targets = {kind: [calib.receiver[r][j] for r in range(len(sources))] for j, kind in enumerate("kv")}

@@ -1,11 +1,13 @@
 """KV Ridge (arXiv 2608.03893): training-free closed-form ridge from aligned sender K/V to receiver K/V."""
 
+from dataclasses import dataclass
+
 import torch
 
 from ...alignment import source_candidates
 from ...stats import r2, ridge
 from ..affine import AffineAdapter, fit_affine
-from ..base import register_method
+from ..base import MethodOptions, register_method
 
 
 def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096,
@@ -27,14 +29,24 @@ def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096,
     return plan
 
 
+@dataclass
+class KVRidgeOptions(MethodOptions):
+    """``lam``: ridge strength relative to the mean feature variance; ``sender_layers``: "all" or "full"."""
+
+    sources_per_layer: int = 2
+    lam: float = 0.01
+    sender_layers: str = "all"
+
+
 @register_method("kv-ridge")
 class KVRidgeAdapter(AffineAdapter):
     """Per receiver layer, ridge regression (``lam`` relative to the mean feature variance) from the
     ``sources_per_layer`` best-correlated sender layers; RoPE is stripped before and re-applied after."""
 
     @classmethod
-    def fit(cls, calib, *, sources_per_layer: int = 2, lam: float = 0.01, sender_layers: str = "all",
-            **_) -> "KVRidgeAdapter":
-        sources = best_correlated_layers(calib, sources_per_layer, lam,
-                                         candidates=source_candidates(calib.sender_spec, sender_layers))
-        return fit_affine(cls, calib, "kv-ridge", sources, lambda x, y: ridge(x, y, lam), lam=lam)
+    def fit(cls, calib, *, batches=None, receiver=None, seed: int = 0, progress: bool = True,
+            **options) -> "KVRidgeAdapter":
+        o = KVRidgeOptions.from_kwargs("kv-ridge", options)
+        sources = best_correlated_layers(calib, o.sources_per_layer, o.lam,
+                                         candidates=source_candidates(calib.sender_spec, o.sender_layers))
+        return fit_affine(cls, calib, "kv-ridge", sources, lambda x, y: ridge(x, y, o.lam), lam=o.lam)
