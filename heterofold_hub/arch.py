@@ -197,8 +197,9 @@ class Rope:
 
     def tables_per_layer(self, position_ids: torch.Tensor, dtype: torch.dtype) -> list:
         """:meth:`tables` for every layer (computed once per layer type, shared between layers of a type)."""
-        by_type = {t: self.tables(position_ids, dtype, t) for t in {self.spec.layer_type(i) for i in range(self.spec.num_layers)}}
-        return [by_type[self.spec.layer_type(i)] for i in range(self.spec.num_layers)]
+        types = [self.spec.layer_type(i) for i in range(self.spec.num_layers)]
+        by_type = {t: self.tables(position_ids, dtype, t) for t in set(types)}
+        return [by_type[t] for t in types]
 
     @staticmethod
     def _rotate_half(x: torch.Tensor) -> torch.Tensor:

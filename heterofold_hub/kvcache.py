@@ -71,3 +71,13 @@ def check_cache(layers: list[LayerKV], spec: KVSpec, *, who: str, model_id: str)
             f"kv_heads={want[1]}, head_dim={want[2]}. Pass the cache that {model_id!r} produced, or "
             "load the adapter for the model that made this cache."
         )
+
+
+def truncated_sender_layer(layer: int, kept: int, needed: int) -> PairMismatchError:
+    """The refusal of a sender layer whose cache kept only its last ``kept`` of the ``needed`` positions a map
+    reads (a sliding-window layer of a default Gemma 3 cache), naming both fixes."""
+    return PairMismatchError(
+        f"Sender layer {layer} is a sliding-window layer whose cache kept only its last {kept} of {needed} "
+        "positions, but this adapter maps from it at every position. Prefill the sender with a cache that keeps "
+        "every position (`cache=DynamicCache()`: attention is still windowed), or use an adapter fitted from the "
+        "sender's full-attention layers only (`--sender-layers full`).")

@@ -23,7 +23,7 @@ import torch
 from . import kernels
 from .arch import KVSpec
 from .errors import HeteroFoldError, PairMismatchError
-from .kvcache import LayerKV, build_cache
+from .kvcache import LayerKV, build_cache, truncated_sender_layer
 from .methods.base import PairAdapter
 from .plan import TransferPlan, Turn
 
@@ -94,9 +94,13 @@ class LayerStream:
                 raise HeteroFoldError("This plan's sender rows fall outside its sender cache; rebuild the plan.")
         # A sliding-window receiver layer keeps only its last `window` positions: only those rows are mapped.
         self.windows = KVSpec.from_dict(self.receiver_spec).windows
+        self.sender_windows = KVSpec.from_dict(self.sender_spec).windows
         self.kept = {w: min(w, plan.cache_tokens) if w is not None else plan.cache_tokens for w in set(self.windows)}
         size = chunk_tokens or self._rows_within_budget(self._temporaries_per_row())
         self.chunks = {kept: self._chunks(size, kept) for kept in set(self.kept.values())}
+        # per kept length, the native-prefix and padding rows among the kept ones: once per stream, not per layer
+        self.kept_rows = {kept: (*self._kept_rows(plan.native_rows, kept), self._kept_rows(plan.padding_rows, kept)[0])
+                          for kept in self.chunks}
         self.scratch: dict[str, torch.Tensor] = {}
 
     def _temporaries_per_row(self) -> int:
@@ -154,13 +158,9 @@ class LayerStream:
         want = (plan.batch_size, spec["kv_heads"], plan.sender_tokens, spec["head_dim"])
         if not 0 <= layer < spec["num_layers"]:
             raise PairMismatchError(f"Sender layer {layer} does not exist: the sender has layers 0..{spec['num_layers'] - 1}.")
-        window = KVSpec.from_dict(spec).window(layer)
+        window = self.sender_windows[layer]
         if window is not None and keys.shape[2] == window < plan.sender_tokens:
-            raise PairMismatchError(
-                f"Sender layer {layer} is a sliding-window layer whose cache kept only its last {window} of "
-                f"{plan.sender_tokens} positions, but this adapter maps from it at every position. Prefill the sender "
-                "with a cache that keeps every position (`cache=DynamicCache()`: attention is still windowed), or use "
-                "an adapter fitted from the sender's full-attention layers only (`--sender-layers full`).")
+            raise truncated_sender_layer(layer, window, plan.sender_tokens)
         for name, x in (("keys", keys), ("values", values)):
             if tuple(x.shape) != want:
                 raise PairMismatchError(
@@ -206,11 +206,10 @@ class LayerStream:
             self._map_affine(work, 1, v_weight, v_bias, value_rows)
         else:
             self._map_any(work, key_rows, value_rows)
-        native_rows, native_at = self._kept_rows(plan.native_rows, kept)
+        native_rows, native_at, padding_rows = self.kept_rows[kept]
         native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
         key_rows.index_copy_(0, native_rows, native_k.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
         value_rows.index_copy_(0, native_rows, native_v.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
-        padding_rows, _ = self._kept_rows(plan.padding_rows, kept)
         key_rows.index_fill_(0, padding_rows, 0)
         value_rows.index_fill_(0, padding_rows, 0)
         return keys.transpose(1, 2), values.transpose(1, 2)

@@ -10,8 +10,7 @@ from torch import nn
 
 from .alignment import TokenAlignment
 from .arch import Rope
-from .errors import PairMismatchError
-from .kvcache import LayerKV
+from .kvcache import LayerKV, truncated_sender_layer
 from .methods.base import PairAdapter
 
 Features = list[tuple[torch.Tensor, torch.Tensor] | None]  # per sender layer: [B, Tr, kv_heads*head_dim] x2
@@ -46,11 +45,7 @@ def sender_features(
             out.append(None)
             continue
         if k.shape[2] < int(index.max()) + 1:
-            raise PairMismatchError(
-                f"Sender layer {i} holds {k.shape[2]} positions but the alignment reads position {int(index.max())}: "
-                f"a sliding-window layer keeps only its last {rope.spec.window(i) or k.shape[2]}. Prefill the sender "
-                "with a cache that keeps every position (cache=DynamicCache()), or use an adapter whose sources are "
-                "the sender's full-attention layers (sender_layers='full').")
+            raise truncated_sender_layer(i, k.shape[2], int(index.max()) + 1)
         at = gather_at.expand(-1, -1, k.shape[1], k.shape[-1])
         k = k.transpose(1, 2).gather(1, at).float()  # [B, Tr, Hs, Ds]
         v = v.transpose(1, 2).gather(1, at).float()
