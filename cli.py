@@ -161,6 +161,39 @@ def train_command(
                         max_minutes=max_minutes), console)
 
 
+@app.command("compose")
+def compose_command(
+    sender: str = typer.Argument(..., help="Sender model id or local folder (A)."),
+    receiver: str = typer.Argument(..., help="Receiver model id or local folder (B)."),
+    via: str = typer.Option(..., "--via", help="Pivot model id P: composes adapters A -> P and P -> B."),
+    out: Path = typer.Option(..., "--out", help="New folder for the composed adapter package."),
+    first: Optional[Path] = typer.Option(None, "--first", help="Package A -> P to use (default: the registry's best)."),
+    second: Optional[Path] = typer.Option(None, "--second", help="Package P -> B to use (default: the registry's best)."),
+    heldout: str = typer.Option("bundled:unseen", help="Held-out text the composed adapter is scored on (metrics.json)."),
+    eval_windows: int = typer.Option(48, help="Held-out windows to score; 0 skips scoring (then it cannot be pushed)."),
+    context_tokens: int = CONTEXT_TOKENS,
+    continuation_tokens: int = CONTINUATION_TOKENS,
+    batch_size: int = BATCH_SIZE,
+    registry: Optional[Path] = typer.Option(None, "--registry", help="registry.json the legs are resolved from."),
+    hub_dir: Optional[Path] = typer.Option(None, "--hub-dir", help="Local hub root / download cache."),
+    token: Optional[str] = typer.Option(None, "--token", help="Token for a remote hub."),
+):
+    """Compose two affine adapters A -> P and P -> B into one A -> B package (one affine map per layer), scored.
+
+    Examples:
+
+      hf-fold compose heterofold/tiny-llama-code gguf/gemma3-270m-q4_k_m --via gguf/smollm2-135m-instruct-q4_1 --out runs/l2g
+
+      hf-fold compose ./a ./b --via ./p --first runs/a2p --second runs/p2b --out runs/a2b --eval-windows 0
+    """
+    from heterofold_hub.commands.compose import ComposeArgs, run_compose
+
+    run_compose(ComposeArgs(sender=sender, receiver=receiver, via=via, out=out, first=first, second=second,
+                            heldout=heldout, eval_windows=eval_windows, context_tokens=context_tokens,
+                            continuation_tokens=continuation_tokens, batch_size=batch_size, registry=registry,
+                            hub_dir=hub_dir, token=token), console)
+
+
 @app.command("bench")
 def bench_command(
     sender: Optional[str] = typer.Option(None, help="Sender id or folder (default: the demo pair, both directions)."),

@@ -4,7 +4,10 @@
 # On 2 CPU cores: training about 30 minutes per direction, each evaluation 10 to 20 minutes.
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
-#   bash benchmarks/real_pair.sh eval        # fidelity at 512 receiver tokens on unseen-source text, baselines too
+#   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
+#   bash benchmarks/real_pair.sh long        # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
+#   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
+#   bash benchmarks/real_pair.sh bench       # transfer vs native prefill, 256 to 8192 tokens, both directions
 #
 # `train` is what made the shipped adapters; each run's held-out table (metrics.json, 48 windows of bundled:unseen)
 # was copied to $OUT/fidelity-{g2s,s2g}-512.json. A first SmolLM2 -> Gemma 3 run on the default --data
@@ -27,12 +30,38 @@ case "${1:-}" in
     $FOLD push runs/real/s2g-natural --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.0.0 --hub-dir hub
     $FOLD push runs/real/g2s --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.0.0 --hub-dir hub
     ;;
-  eval)
-    $FOLD eval --sender $SMOL --receiver $GEMMA --windows 64 --json $OUT/fidelity-s2g-512.json
-    $FOLD eval --sender $GEMMA --receiver $SMOL --windows 64 --json $OUT/fidelity-g2s-512.json
+  baselines)
+    # Same training windows (the first 160 of bundled:train-natural), same held-out table as `train`. kv-ridge is
+    # closed form on the 64 statistics windows; dense-latent gets 200 MSE + 200 receiver-NLL steps at batch 2,
+    # about the 175-221 steps heterofold ran in its 12 minutes.
+    SAME="--data bundled:train-natural --eval-windows 48"
+    for dir in g2s s2g; do
+      if [ $dir = g2s ]; then PAIR="--sender $GEMMA --receiver $SMOL"; else PAIR="--sender $SMOL --receiver $GEMMA"; fi
+      $FOLD train $PAIR $SAME --method kv-ridge --out runs/real/$dir-kv-ridge
+      cp runs/real/$dir-kv-ridge/metrics.json $OUT/fidelity-$dir-512-kv-ridge.json
+      $FOLD train $PAIR $SAME --method dense-latent --max-steps 200 --out runs/real/$dir-dense-latent
+      cp runs/real/$dir-dense-latent/metrics.json $OUT/fidelity-$dir-512-dense-latent.json
+    done
+    ;;
+  long)
+    # recolor is fitted here on the same training text; the three trained adapters are scored beside it.
+    LONG="--context-tokens 2048 --windows 32 --methods recolor --calib-data bundled:train-natural"
+    $FOLD eval --sender $GEMMA --receiver $SMOL $LONG --adapter runs/real/g2s --adapter runs/real/g2s-kv-ridge \
+      --adapter runs/real/g2s-dense-latent --json $OUT/fidelity-g2s-2048.json
+    $FOLD eval --sender $SMOL --receiver $GEMMA $LONG --adapter runs/real/s2g-natural --adapter runs/real/s2g-kv-ridge \
+      --adapter runs/real/s2g-dense-latent --json $OUT/fidelity-s2g-2048.json
+    ;;
+  retrieval)
+    $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods recolor \
+      --calib-data bundled:train-natural --adapter runs/real/s2g-natural --adapter runs/real/s2g-kv-ridge \
+      --json $OUT/retrieval-s2g.json --plot $OUT/retrieval-s2g.png
+    ;;
+  bench)
+    $FOLD bench --sender $SMOL --receiver $GEMMA --contexts 256,512,1024,2048,4096,8192 --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
+    $FOLD bench --sender $GEMMA --receiver $SMOL --contexts 256,512,1024,2048,4096,8192 --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|eval" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|baselines|long|retrieval|bench" >&2
     exit 2
     ;;
 esac

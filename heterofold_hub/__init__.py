@@ -3,6 +3,7 @@
 from .arch import KVSpec, kv_spec
 from .errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
 from .methods import METHODS, AdapterConfig, PairAdapter, get_method
+from .methods.composed import compose
 from .modeling import HeteroFoldModel
 from .models import Side, load_model, load_tokenizer
 from .pipeline import TransferPipeline, TransferResult
@@ -15,5 +16,5 @@ __all__ = [
     "AdapterConfig", "AlignmentError", "HeteroFoldError", "HeteroFoldModel", "KVSpec", "LayerStream", "METHODS",
     "PairAdapter", "PairMismatchError", "Side", "TransferPipeline", "TransferPlan", "TransferResult",
     "UnsupportedArchitectureError",
-    "get_method", "kv_spec", "load_model", "load_tokenizer",
+    "compose", "get_method", "kv_spec", "load_model", "load_tokenizer",
 ]

@@ -121,7 +121,8 @@ def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | 
     template = template_path()
     return _environment(template.parent).get_template(template.name).render(
         repo_id=repo_id, version=version, license=license, plot=plot_name, config=config, metrics=metrics,
-        base_terms=terms,
+        base_terms=terms, parents=config["extra"].get("parents") if method == "composed" else None,
+        pivot=config["extra"].get("pivot", {}).get("id"),
         method=method, own=rows[method], rows=[(name, rows[name]) for name in order], tags=tags, sides=sides,
         dataset=train_args.get("heldout") or "held-out text", library_version=meta.get("library_version", "unknown"),
         training_windows=meta.get("training_windows"), local_dir=repo_id.rsplit("/", 1)[-1],

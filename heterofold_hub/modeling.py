@@ -67,6 +67,7 @@ class HeteroFoldModel:
         local_files_only: bool = False,
         fallback: str = "error",
         min_recovered: float | None = None,
+        pivot: str | None = None,
         load_sender: bool = False,
         hub_dir=None,
         token: str | None = None,
@@ -76,8 +77,10 @@ class HeteroFoldModel:
         ``sender``/``receiver``: model ids, local folders or loaded models. ``adapter``: a package folder or a
         registered repo id (default: the registry's best fit). ``revision`` is the adapter version (alias of
         ``adapter_revision``, e.g. ``"v1.0.0"``). The sender model itself is loaded only with
-        ``load_sender=True`` (its tokenizer and config always are). ``fallback="prefill"``: when no adapter fits
-        or its recorded ``recovered`` is below ``min_recovered``, ``transfer`` re-prefills natively and says so.
+        ``load_sender=True`` (its tokenizer and config always are). ``pivot="auto"`` (or a model id): when no
+        direct adapter fits, compose registered adapters sender -> pivot -> receiver into one (a direct adapter
+        always wins; ``model.resolved.path`` says which path was taken). ``fallback="prefill"``: when no adapter
+        fits or its recorded ``recovered`` is below ``min_recovered``, ``transfer`` re-prefills natively and says so.
         """
         _check_fallback(fallback)
         if revision is not None and adapter_revision is not None and revision != adapter_revision:
@@ -87,7 +90,7 @@ class HeteroFoldModel:
         receiver_side = _side(receiver, revision=receiver_revision, **common)
         try:
             resolved = resolve_adapter(sender_side, receiver_side, adapter=adapter, version=revision or adapter_revision,
-                                       registry=registry, min_recovered=min_recovered,
+                                       registry=registry, min_recovered=min_recovered, pivot=pivot,
                                        local_files_only=local_files_only, hub_dir=hub_dir, token=token)
         except NoAdapterError as miss:
             if fallback == "error":
@@ -143,10 +146,13 @@ class HeteroFoldModel:
 
         if self.resolved is None:
             raise HeteroFoldError("There is no adapter to push: this model fell back to native prefill.")
+        if self.resolved.folder is None:
+            raise HeteroFoldError("This adapter was composed in memory and has no held-out metrics to publish: write "
+                                  f"it with `hf-fold compose {self.sender.name} {self.receiver.name} --via "
+                                  f"{self.resolved.path.pivot} --out DIR` (which scores it), then `hf-fold push DIR`.")
         return push_package(self.resolved.folder, repo_id=repo_id, version=version,
                             hub=get_hub(hub, hub_dir=hub_dir, token=token), registry=open_registry(registry))
 
     def __repr__(self) -> str:
-        where = "native prefill (fallback)" if self.resolved is None else (
-            f"{self.resolved.repo_id} {self.resolved.version}" if self.resolved.repo_id else str(self.resolved.folder))
+        where = "native prefill (fallback)" if self.resolved is None else self.resolved.describe()
         return f"HeteroFoldModel({self.sender.name} -> {self.receiver.name}, adapter: {where})"

@@ -28,6 +28,7 @@ SPEC_FIELDS = {"model_type": str, "num_layers": int, "kv_heads": int, "head_dim"
 OPTIONAL_SPEC_FIELDS = {"layer_types": list, "sliding_window": int}  # models that mix sliding and full layers
 METRIC_FIELDS = {"recovered": float, "kl": float, "top1": float, "nll": float, "benefit": float,
                  "context_tokens": int}  # only "recovered" is required: min_recovered filters on it
+MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 _FINGERPRINT_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -86,6 +87,30 @@ class AdapterEntry:
         return {"repo_id": self.repo_id, "hub": self.hub, "method": self.method, "sender": self.sender.to_dict(),
                 "receiver": self.receiver.to_dict(), "summary": self.summary,
                 "versions": [v.to_dict() for v in versions]}
+
+
+@dataclass(frozen=True)
+class PivotPath:
+    """sender -> pivot -> receiver through two registered adapters (their newest versions). ``estimate`` is the
+    product of the two recorded ``recovered``: a prior that ranks paths, not a measurement of the composition."""
+
+    first: AdapterEntry
+    first_version: VersionEntry
+    second: AdapterEntry
+    second_version: VersionEntry
+
+    @property
+    def pivot(self) -> str:
+        return self.first.receiver.id
+
+    @property
+    def estimate(self) -> float:
+        return self.first_version.metrics["recovered"] * self.second_version.metrics["recovered"]
+
+    def describe(self) -> str:
+        legs = [(e, v) for e, v in ((self.first, self.first_version), (self.second, self.second_version))]
+        return (f"via {self.pivot}: " + " then ".join(f"{e.repo_id} {v.version} (recovered {v.metrics['recovered']:.3f})"
+                                                     for e, v in legs) + f", estimate {self.estimate:.3f}")
 
 
 class _Checker:
@@ -324,10 +349,30 @@ class Registry:
                       f"{min_recovered:g}" for e, v in candidates if v.metrics["recovered"] < min_recovered]
             candidates = [(e, v) for e, v in candidates if v.metrics["recovered"] >= min_recovered]
         if not candidates:
-            raise NoAdapterError(self._miss(sender, receiver, notes))
+            raise NoAdapterError(self.miss_message(sender, receiver, notes))
         preferred = [(e, v) for e, v in candidates if e.method == PREFERRED_METHOD]
         pool = preferred if method is None and preferred else candidates
         return max(pool, key=lambda ev: (version_key(ev[1].version), ev[1].metrics["recovered"]))
+
+    def paths(self, sender: PairEnd, receiver: PairEnd, *, pivot: str | None = None,
+              methods: set[str] | None = None) -> list[PivotPath]:
+        """Every sender -> P -> receiver path through two registered adapters (of ``methods``, when given) that
+        meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Best estimate first."""
+        firsts, seconds = self._legs(sender, receiver, methods)
+        found = [PivotPath(e1, _newest(e1), e2, _newest(e2)) for e1 in firsts for e2 in seconds
+                 if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot) and e1.versions and e2.versions]
+        return sorted(found, key=lambda p: (-p.estimate, p.first.repo_id, p.second.repo_id))
+
+    def _legs(self, sender: PairEnd, receiver: PairEnd, methods: set[str] | None) -> tuple[list, list]:
+        """Entries from this sender into another model, and entries from another model into this receiver."""
+        senders = {e.sender.id for e in self.adapters}
+        receivers = {e.receiver.id for e in self.adapters}
+        usable = [e for e in self.entries() if methods is None or e.method in methods]
+        firsts = [e for e in usable if e.receiver.id not in (receiver.id, sender.id)
+                  and _side_fit("sender", e.repo_id, e.sender, sender, senders)[0]]
+        seconds = [e for e in usable if e.sender.id not in (receiver.id, sender.id)
+                   and _side_fit("receiver", e.repo_id, e.receiver, receiver, receivers)[0]]
+        return firsts, seconds
 
     def _fitting(self, sender: PairEnd, receiver: PairEnd, method: str | None) -> tuple[list, list[str]]:
         senders = {e.sender.id for e in self.adapters}
@@ -343,7 +388,7 @@ class Registry:
             notes += [n for n in (s_note, r_note) if n]
         return fits, notes
 
-    def _miss(self, sender: PairEnd, receiver: PairEnd, notes: list[str]) -> str:
+    def miss_message(self, sender: PairEnd, receiver: PairEnd, notes: list[str]) -> str:
         """Why nothing fits, what exists for either model, and how to train the missing pair."""
         for_receiver = sorted({e.sender.id for e in self.adapters if e.receiver.id == receiver.id})
         for_sender = sorted({e.receiver.id for e in self.adapters if e.sender.id == sender.id})
@@ -352,9 +397,30 @@ class Registry:
         lines += [f"- {n}." for n in notes]
         lines.append(f"Adapters into receiver {receiver.id} exist from sender(s): {', '.join(for_receiver) or 'none'}.")
         lines.append(f"Adapters from sender {sender.id} exist into receiver(s): {', '.join(for_sender) or 'none'}.")
+        lines += self._near_paths(sender, receiver)
         lines.append(f"Train one: hf-fold train --sender {sender.id} --receiver {receiver.id} --out <dir>, "
                      "then publish it with hf-fold push.")
         return "\n".join(lines)
+
+    def _near_paths(self, sender: PairEnd, receiver: PairEnd) -> list[str]:
+        """Paths through a pivot that exist (compose them) or lack one leg (train it)."""
+        firsts, seconds = self._legs(sender, receiver, None)
+        complete = self.paths(sender, receiver)
+        lines = [f"- a path exists {p.describe()}: compose it with pivot='auto' (CLI: --pivot auto)" for p in complete]
+        has_second = {e.sender.id for e in seconds}
+        has_first = {e.receiver.id for e in firsts}
+        lines += [f"- almost a path via {e.receiver.id}: {e.repo_id} exists, {e.receiver.id} -> {receiver.id} is missing "
+                  f"(hf-fold train --sender {e.receiver.id} --receiver {receiver.id})"
+                  for e in firsts if e.receiver.id not in has_second]
+        lines += [f"- almost a path via {e.sender.id}: {e.repo_id} exists, {sender.id} -> {e.sender.id} is missing "
+                  f"(hf-fold train --sender {sender.id} --receiver {e.sender.id})"
+                  for e in seconds if e.sender.id not in has_first]
+        return (["Paths through a pivot model:"] + lines[:MAX_PATH_LINES]) if lines else []
+
+
+def _newest(entry: AdapterEntry) -> VersionEntry | None:
+    """The version ``find`` would pick from this entry alone: the highest, then the higher recovered."""
+    return max(entry.versions, key=lambda v: (version_key(v.version), v.metrics["recovered"]), default=None)
 
 
 def default_registry_path() -> Path:

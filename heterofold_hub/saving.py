@@ -32,7 +32,7 @@ def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
     """Write the adapter's weights, then its config (its dataclass as JSON) recording their hash and size. Each
     write is atomic; a save interrupted between the two leaves a config whose hash refuses the new weights."""
     folder = Path(folder)
-    tensors = {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
+    tensors = _tensors(adapter)
     broken = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if broken:
         raise IntegrityError(f"Not saving the adapter to {folder}: tensor(s) {broken} hold NaN or inf values, so "
@@ -43,6 +43,15 @@ def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
     write_bytes_atomic(folder / WEIGHTS_NAME, data)
     write_json_atomic(folder / CONFIG_NAME, adapter.config.to_dict())
     return folder
+
+
+def _tensors(adapter: PairAdapter) -> dict:
+    return {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
+
+
+def adapter_bytes(adapter: PairAdapter) -> bytes:
+    """The bytes ``save_adapter`` writes as ``adapter.safetensors`` (deterministic), e.g. to hash an adapter."""
+    return save(_tensors(adapter))
 
 
 def load_adapter(folder: str | Path) -> PairAdapter:

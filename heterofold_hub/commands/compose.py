@@ -1,0 +1,118 @@
+"""``hf-fold compose``: two affine adapters through a pivot model become one package, scored on held-out text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+
+from ..errors import HeteroFoldError
+
+
+@dataclass(kw_only=True)
+class ComposeArgs:
+    sender: str
+    receiver: str
+    via: str  # the pivot model's id
+    out: Path
+    first: Path | None = None  # a package sender -> via (default: the registry's)
+    second: Path | None = None  # a package via -> receiver (default: the registry's)
+    heldout: str = "bundled:unseen"
+    eval_windows: int = 48  # 0: do not score (the package then cannot be pushed)
+    context_tokens: int = 512
+    continuation_tokens: int = 64
+    batch_size: int = 8
+    registry: Path | None = None
+    hub_dir: Path | None = None
+    token: str | None = None
+
+    def validate(self) -> None:
+        from ..saving import CONFIG_NAME
+
+        problems = []
+        if len({self.sender, self.receiver, self.via}) < 3:
+            problems.append(f"SENDER {self.sender!r}, RECEIVER {self.receiver!r} and --via {self.via!r} must be three "
+                            "different models")
+        if self.out.exists() and any(self.out.iterdir()):
+            problems.append(f"--out: {self.out} already exists and is not empty; choose a new folder (a package, once "
+                            "written, is not overwritten)")
+        for flag, folder in (("--first", self.first), ("--second", self.second)):
+            if folder is not None and not (folder / CONFIG_NAME).is_file():
+                problems.append(f"{flag}: {folder} is not an adapter package (no {CONFIG_NAME})")
+        if self.eval_windows < 0 or self.eval_windows == 1:
+            problems.append(f"--eval-windows: {self.eval_windows}; give 0 (do not score) or at least 2")
+        if problems:
+            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+
+def leg(folder: Path | None, sender, receiver, *, registry, args: ComposeArgs, flag: str):
+    """``(adapter, ref)`` for one leg between two PairEnds: the package ``folder``, else the registry's best."""
+    from ..resolve import fetch
+    from ..saving import load_adapter
+
+    if folder is not None:
+        return load_adapter(folder), None
+    try:
+        entry, version = registry.find(sender, receiver)
+    except HeteroFoldError as miss:
+        raise HeteroFoldError(f"No adapter {sender.id} -> {receiver.id} to compose:\n{miss}\nOr pass a package with "
+                              f"{flag} DIR.") from None
+    fetched = fetch(registry, entry, version, hub_dir=args.hub_dir, token=args.token)
+    return load_adapter(fetched), {"repo_id": entry.repo_id, "version": version.version}
+
+
+def run_compose(args: ComposeArgs, console: Console) -> dict | None:
+    args.validate()
+    from .. import __version__
+    from ..data import read_texts
+    from ..evaluate import evaluate
+    from ..io import write_json_atomic
+    from ..methods.composed import compose, training_data
+    from ..models import Side
+    from ..registry import PairEnd, open_registry
+    from ..resolve import pair_end
+    from ..saving import METRICS_NAME, check_pair, save_adapter
+    from ..windows import make_windows
+    from .evaluate import results_table, trained_on_eval_text
+
+    registry = open_registry(args.registry)
+    scoring = args.eval_windows > 0
+    with console.status("loading models"):
+        sender = Side.load(args.sender, with_model=scoring)
+        receiver = Side.load(args.receiver, with_model=scoring)
+    first, first_ref = leg(args.first, pair_end(sender), PairEnd(args.via), registry=registry, args=args, flag="--first")
+    c = first.config  # the second leg must start from the very pivot the first one ends at
+    if c.receiver != args.via:
+        raise HeteroFoldError(f"--first {args.first} maps into {c.receiver}, not the pivot --via {args.via!r}; pass "
+                              f"--via {c.receiver} or a package that maps {args.sender} into {args.via}.")
+    pivot = PairEnd(args.via, c.receiver_revision, c.receiver_tokenizer, c.receiver_spec)
+    second, second_ref = leg(args.second, pivot, pair_end(receiver), registry=registry, args=args, flag="--second")
+    composed = compose(first, second, first_ref=first_ref, second_ref=second_ref)
+    check_pair(composed, sender, receiver, source=f"the composition via {args.via}")
+    for parent in composed.parents:
+        console.print(f"parent: {parent.describe()}", highlight=False)
+    console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer "
+                  f"(the parents read {len(first.config.layer_sources[0])} and {len(second.config.layer_sources[0])})",
+                  highlight=False)
+    result = None
+    if scoring:
+        seen = [d for d in training_data(composed.config) if trained_on_eval_text(d, args.heldout)]
+        if seen:
+            raise HeteroFoldError(f"A parent was trained on {seen[0]!r}, which shares text with --heldout "
+                                  f"{args.heldout!r}; held-out text must never be trained on. Pass other --heldout text.")
+        held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
+                                context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+        result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size)
+        # check_pair made sure these are the models the parents name; the package speaks of them by those ids
+        result.update(sender=composed.config.sender, receiver=composed.config.receiver)
+        console.print(results_table(result))
+    composed.config = replace(composed.config, library_version=__version__, training_args={
+        "via": args.via, "heldout": args.heldout, "eval_windows": args.eval_windows,
+        "context_tokens": args.context_tokens, "continuation_tokens": args.continuation_tokens})
+    save_adapter(composed, args.out)
+    if result is not None:
+        write_json_atomic(args.out / METRICS_NAME, result)
+    console.print(f"wrote composed adapter package to {args.out}" + ("" if scoring else " (not scored: "
+                  "--eval-windows 0; score it with `hf-fold eval --adapter` before pushing)"), highlight=False)
+    return result
