@@ -25,6 +25,8 @@ CONTINUATION_TOKENS = typer.Option(64, help="Receiver tokens scored after the co
 JSON_OUT = typer.Option(False, "--json", help="Print the registry records as JSON.")
 BATCH_SIZE = typer.Option(8, help="Windows per forward pass / optimizer step.")
 SEED = typer.Option(0, help="Seed: same seed, same result (on CPU).")
+PIVOT = typer.Option(None, "--pivot", help="auto | a model id: where no direct adapter is registered, compose "
+                     "registered adapters sender -> pivot -> receiver (auto: the best recorded path).")
 
 
 def _print_version(value: bool) -> None:
@@ -67,6 +69,7 @@ def eval_command(
     adapter: list[Path] = typer.Option([], "--adapter", help="A trained adapter package (`hf-fold train --out`) "
                                        "to score beside the methods; repeatable. Default: the adapter registry.json lists for the pair."),
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
+    pivot: Optional[str] = PIVOT,
 ):
     """Score transfer methods against native prefill on held-out text: fidelity (default) or retrieval accuracy.
 
@@ -95,7 +98,8 @@ def eval_command(
         from heterofold_hub.commands.evaluate import EvalArgs, run_eval
 
         args = EvalArgs(sender, receiver, method_list, data, calib_data, context_tokens, continuation_tokens,
-                        96 if windows is None else windows, calib_windows, batch_size, seed, json_path, adapter, registered)
+                        96 if windows is None else windows, calib_windows, batch_size, seed, json_path, adapter, registered,
+                        pivot)
         run_eval(args, console)
         return
     if windows is not None:
@@ -105,7 +109,7 @@ def eval_command(
     args = RetrievalArgs(sender, receiver, method_list, data, calib_data,
                          parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths), 48 if docs is None else docs,
                          context_tokens, continuation_tokens, calib_windows, batch_size, seed, json_path, plot_path,
-                         adapter, registered)
+                         adapter, registered, pivot)
     run_retrieval(args, console)
 
 
@@ -137,8 +141,13 @@ def train_command(
     sender_layers: str = typer.Option("all", help="Sender layers the maps read: all | full (only layers whose cache "
                                       "keeps every position, so a Gemma 3 sender's default cache can be mapped)."),
     init: str = typer.Option("auto", help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
-                             "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge."),
+                             "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
+                             "composed (two adapters through a pivot: --via or --init-adapter)."),
     max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
+    via: Optional[str] = typer.Option(None, "--via", help="--init composed: the pivot whose registered adapters "
+                                      "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
+    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init composed: start from this "
+                                                "package of `hf-fold compose` instead."),
 ):
     """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
 
@@ -147,6 +156,9 @@ def train_command(
       hf-fold train
 
       hf-fold train --sender heterofold/tiny-qwen-code --receiver heterofold/tiny-llama-code --out adapters/q2l
+
+      hf-fold train --sender heterofold/tiny-llama-code --receiver gguf/gemma3-270m-q4_k_m --init composed \\
+        --via gguf/smollm2-135m-instruct-q4_1 --max-minutes 2
 
       hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
         --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp
@@ -158,7 +170,7 @@ def train_command(
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, init=init, calib_windows=calib_windows,
-                        max_minutes=max_minutes), console)
+                        max_minutes=max_minutes, via=via, init_adapter=init_adapter), console)
 
 
 @app.command("compose")
@@ -205,6 +217,7 @@ def bench_command(
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (time vs context, log scale) here."),
     device: str = typer.Option("auto", help="auto (cuda when there is one), cpu, cuda or cuda:N."),
     dtype: str = typer.Option("float32", help="Model and cache dtype: float32, bfloat16 or float16."),
+    pivot: Optional[str] = PIVOT,
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
 
@@ -221,7 +234,7 @@ def bench_command(
     from heterofold_hub.commands.bench import BenchArgs, parse_contexts, run_bench_command
 
     run_bench_command(BenchArgs(sender, receiver, parse_contexts(contexts), repeats, data, json_path, plot_path,
-                                device, dtype), console)
+                                device, dtype, pivot), console)
 
 
 # Options shared by the hub commands.
@@ -307,23 +320,36 @@ def list_command(
 
 @app.command("show")
 def show_command(
-    ref: str = typer.Argument(..., help="ORG/NAME or ORG/NAME@VERSION."),
+    ref: Optional[str] = typer.Argument(None, help="ORG/NAME or ORG/NAME@VERSION (or give --sender and --receiver)."),
+    sender: Optional[str] = typer.Option(None, "--sender", help="Show what resolves for this sender's pair instead."),
+    receiver: Optional[str] = typer.Option(None, "--receiver", help="... into this receiver."),
+    pivot: Optional[str] = PIVOT,
     card: bool = typer.Option(True, help="Also print the model card (downloaded from the adapter's hub)."),
     hub_dir: Optional[Path] = HUB_DIR,
     token: Optional[str] = TOKEN,
     registry: Optional[Path] = REGISTRY,
     as_json: bool = JSON_OUT,
 ):
-    """Show one registered adapter: its pair, versions, metrics, files and model card.
+    """Show one registered adapter (its pair, versions, metrics, files and model card), or what resolves for a pair.
 
     Examples:
 
       hf-fold show heterofold/tiny-llama-code-to-tiny-qwen-code
 
       hf-fold show heterofold/tiny-llama-code-to-tiny-qwen-code@1.0.0
-    """
-    from heterofold_hub.commands.hub import run_show
 
+      hf-fold show --sender heterofold/tiny-llama-code --receiver gguf/gemma3-270m-q4_k_m --pivot auto
+    """
+    from heterofold_hub.commands.hub import run_show, run_show_pair
+
+    if (sender is None) != (receiver is None) or (ref is None) == (sender is None):
+        raise HeteroFoldError("hf-fold show: give a REF (ORG/NAME[@VERSION]), or --sender and --receiver (with "
+                              f"optional --pivot) for a pair; got REF={ref!r}, --sender={sender!r}, --receiver={receiver!r}")
+    if ref is None:
+        run_show_pair(sender, receiver, pivot=pivot, registry_path=registry, console=console, as_json=as_json)
+        return
+    if pivot is not None:
+        raise HeteroFoldError("--pivot applies to a pair: use --sender and --receiver instead of a REF")
     run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=console, as_json=as_json)
 
 

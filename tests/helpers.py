@@ -52,9 +52,9 @@ def small_calibration(sender: Side, receiver: Side, context_tokens: int = 48, wi
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def hf_fold(*args: str) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, offline, as a user would."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")  # wide enough that tables keep ids on one line
+def hf_fold(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, offline, as a user would (``env``: extra environment variables)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200", **(env or {}))  # wide: tables keep ids on one line
     return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True, env=env, cwd=ROOT)
 
 

@@ -268,3 +268,51 @@ def test_provenance_is_checked_on_load_and_a_tampered_parent_is_refused(trio, tm
     weights.write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="tester/first v1.0.0.*altered"):
         HeteroFoldModel.from_pretrained(a, b, registry=registry, hub_dir=hub_dir, pivot="auto")
+
+
+def test_train_init_composed_calibrates_from_the_composition(trio, tmp_path):
+    """``--init composed`` starts calibration from the composed map: with zero learning rate nothing moves, so the
+    trained package equals the composition; the parents' training text stays on record for held-out checks."""
+    root, _ = trio
+    package = tmp_path / "composed"
+    composed = compose(load_adapter(root / "first"), load_adapter(root / "second"))
+    composed.save_pretrained(package)
+    data = tmp_path / "train.txt"
+    data.write_text(texts(6)[5])
+    args = ["train", "--sender", str(root / "a"), "--receiver", str(root / "b"), "--data", str(data), "--heldout",
+            "bundled:unseen-prose", "--context-tokens", "32", "--continuation-tokens", "8", "--windows", "4",
+            "--calib-windows", "2", "--eval-windows", "2", "--max-steps", "2", "--init", "composed"]
+    missing = hf_fold(*args, "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2 and "give --via PIVOT" in missing.stdout
+    run = hf_fold(*args, "--init-adapter", str(package), "--lr", "1e-30", "--out", str(tmp_path / "trained"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    trained = load_adapter(tmp_path / "trained")
+    assert trained.config.method == "heterofold" and trained.config.extra["init"] == "composed"
+    assert trained.config.layer_sources == composed.config.layer_sources
+    for r in range(len(composed.config.layer_sources)):
+        for got, want in zip(trained.affine_maps(r), composed.affine_maps(r)):
+            assert torch.allclose(got[0], want[0], atol=1e-6) and torch.allclose(got[1], want[1], atol=1e-6)
+    assert training_data(trained.config) == [str(data), "bundled:train-natural", "bundled:train-natural"]
+
+
+def test_show_eval_and_bench_take_a_pivot(trio, tmp_path):
+    root, _ = trio
+    registry, hub_dir = publish(root, tmp_path)
+    show = hf_fold("show", "--sender", "tester/a", "--receiver", "tester/b", "--pivot", "auto", "--json",
+                   "--registry", str(registry))
+    assert show.returncode == 0, show.stdout + show.stderr
+    found = json.loads(show.stdout)
+    assert found["direct"] == [] and [p["pivot"] for p in found["paths"]] == ["tester/p"]
+    assert found["paths"][0]["estimate"] == pytest.approx(0.56)
+    env = {"HF_FOLD_REGISTRY": str(registry), "HF_FOLD_HOME": str(hub_dir)}
+    common = ["--sender", str(root / "a"), "--receiver", str(root / "b"), "--pivot", "auto"]
+    scored = hf_fold("eval", *common, "--methods", "recolor", "--calib-data", "bundled:calib-natural", "--data",
+                     "bundled:unseen-prose", "--windows", "2", "--calib-windows", "2", "--context-tokens", "32",
+                     "--continuation-tokens", "8", "--json", str(tmp_path / "eval.json"), env=env)
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    rows = json.loads((tmp_path / "eval.json").read_text())
+    assert "composed" in rows["methods"] and "via tester/p" in rows["adapters"]["composed"]
+    timed = hf_fold("bench", *common, "--contexts", "24", "--repeats", "1", "--data", "bundled:unseen-prose",
+                    "--json", str(tmp_path / "bench.json"), env=env)
+    assert timed.returncode == 0, timed.stdout + timed.stderr
+    assert json.loads((tmp_path / "bench.json").read_text())["rows"][0]["transfer_s"]["composed"] > 0

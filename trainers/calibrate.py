@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 # from the one whose receiver KL on the first training batches is lowest: which is best depends on the pair.
 INITS = {"recolor": ("recolor", {}), "ridge-recolor": ("recolor", {"base": "ridge", "layers": "correlated"}),
          "kv-ridge": ("kv-ridge", {})}
-INIT_CHOICES = ("auto", *INITS)
+INIT_CHOICES = ("auto", *INITS, "composed")  # composed: a composition of two adapters (options["start"])
 AUTO_BATCHES = 4  # training batches that score the candidate starting points
 
 
@@ -55,10 +55,14 @@ class CalibrationOptions(MethodOptions):
     accumulate: int = 1
     default_root_dir: str | None = None
     ckpt_path: str | None = None
+    start: object = None  # init="composed": the affine adapter to start from (heterofold_hub.compose)
 
     def __post_init__(self):
         if self.init not in INIT_CHOICES:
             raise HeteroFoldError(f"heterofold: init={self.init!r}; choose from {', '.join(INIT_CHOICES)}")
+        if (self.init == "composed") != (self.start is not None):
+            raise HeteroFoldError("heterofold: init='composed' needs start=<an affine adapter> (and start needs "
+                                  f"init='composed'); got init={self.init!r}, start={type(self.start).__name__}")
 
 
 def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bool = True, callbacks=None, **options):
@@ -71,7 +75,11 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         guard = GoodCheckpoint(o.default_root_dir)
         callbacks += [ModelCheckpoint(dirpath=o.default_root_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=max(1, o.steps // 10)), guard]
-    start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
+    if o.start is not None:  # a composition: already a full map for this pair
+        start = o.start
+        start.config.extra = {**start.config.extra, "init": "composed"}
+    else:
+        start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
                                max_steps=o.steps)
     trainer = L.Trainer(

@@ -42,6 +42,8 @@ class TrainArgs:
     init: str = "auto"
     calib_windows: int = 64
     max_minutes: float | None = None
+    via: str | None = None  # --init composed: the pivot model whose registered legs are composed
+    init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
 
     def validate(self) -> None:
         """All argument problems at once, phrased in flags, before any model is loaded."""
@@ -71,6 +73,15 @@ class TrainArgs:
             problems.append(f"--sender-layers: {self.sender_layers!r}; choose from {', '.join(SENDER_LAYERS)}")
         if self.init not in INIT_CHOICES:
             problems.append(f"--init: {self.init!r}; choose from {', '.join(INIT_CHOICES)}")
+        if self.init == "composed" and (self.via is None) == (self.init_adapter is None):
+            problems.append("--init composed: give --via PIVOT (compose the registry's legs) or --init-adapter DIR "
+                            "(a package from `hf-fold compose`), one of the two")
+        elif self.init != "composed" and (self.via, self.init_adapter) != (None, None):
+            problems.append(f"--via / --init-adapter only apply to --init composed (it is {self.init!r})")
+        elif self.init == "composed" and self.method != "heterofold":
+            problems.append(f"--init composed starts heterofold calibration; --method is {self.method!r}")
+        if self.init_adapter is not None and not (self.init_adapter / "adapter_config.json").is_file():
+            problems.append(f"--init-adapter: {self.init_adapter} is not an adapter package (no adapter_config.json)")
         if self.max_minutes is not None and not self.max_minutes > 0:
             problems.append(f"--max-minutes: {self.max_minutes} must be positive (or left out)")
         if self.lora_rank < 0:
@@ -117,6 +128,27 @@ def method_options(args: TrainArgs) -> dict:
             "ckpt_path": "last" if args.resume else None, "init": args.init, "max_minutes": args.max_minutes}
 
 
+def composed_start(args: TrainArgs, sender, receiver):
+    """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--via``;
+    refused when a parent was trained on the held-out text."""
+    from heterofold_hub.commands.compose import compose_path, held_out_problem
+    from heterofold_hub.registry import open_registry
+    from heterofold_hub.saving import check_pair, load_adapter
+
+    if args.init_adapter is not None:
+        start = load_adapter(args.init_adapter)
+        check_pair(start, sender, receiver, source=args.init_adapter)
+        if start.affine_maps(0) is None:
+            raise HeteroFoldError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
+                                  "pass a package from `hf-fold compose`.")
+    else:
+        start = compose_path(sender, receiver, via=args.via, registry=open_registry())
+    problem = held_out_problem(start, args.heldout)
+    if problem:
+        raise HeteroFoldError(problem)
+    return start
+
+
 def run_train(args: TrainArgs, console: Console) -> dict:
     args.validate()
     from heterofold_hub.commands.evaluate import results_table
@@ -149,6 +181,8 @@ def run_train(args: TrainArgs, console: Console) -> dict:
         raise HeteroFoldError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
                               f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
     options = method_options(args)
+    if args.init == "composed":
+        options["start"] = composed_start(args, sender, receiver)
     lr = options.get("lr", 0.0)
     settings = {"--batch-size": args.batch_size, "--accumulate": args.accumulate, "--context-tokens": args.context_tokens}
     with training_faults(lr=lr, precision=args.precision, settings=settings, where=f"while fitting {args.method}"):

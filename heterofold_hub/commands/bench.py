@@ -28,6 +28,7 @@ class BenchArgs:
     plot_path: Path | None = None
     device: str = "auto"  # auto: cuda when there is one
     dtype: str = "float32"
+    pivot: str | None = None  # "auto" or a model id: also time the composed path sender -> pivot -> receiver
 
     def validate(self) -> None:
         problems = []
@@ -39,6 +40,8 @@ class BenchArgs:
             problems.append(f"--device: {self.device!r} but this torch sees no CUDA device; use --device cpu")
         if (self.sender is None) != (self.receiver is None):
             problems.append("--sender and --receiver: give both, or neither for the demo pair in both directions")
+        if self.pivot is not None and self.sender is None:
+            problems.append("--pivot: give --sender and --receiver too (the demo pair has direct adapters only)")
         if not self.contexts or any(n < 8 for n in self.contexts):
             problems.append(f"--contexts: {self.contexts} must be receiver token counts of at least 8, e.g. 512,2048")
         if self.repeats < 1:
@@ -57,13 +60,13 @@ def parse_contexts(value: str) -> list[int]:
         raise HeteroFoldError(f"--contexts {value!r}: give comma-separated token counts, e.g. 512,2048") from None
 
 
-def bench_adapters(sender, receiver) -> dict:
+def bench_adapters(sender, receiver, pivot: str | None = None) -> dict:
     """The registered HeteroFold adapter of the pair, plus both baselines fitted on a little calibration text
-    (their transfer cost does not depend on how well they were fitted)."""
+    (their transfer cost does not depend on how well they were fitted); with ``pivot``, the composed path too."""
     from ..data import read_texts
     from ..fitting import fit_methods
     from ..registry import NoAdapterError
-    from ..resolve import resolve_adapter
+    from ..resolve import resolve_adapter, resolve_path
     from ..windows import make_windows
 
     calib = make_windows(read_texts("bundled:calib"), receiver, context_tokens=256, continuation_tokens=32, max_windows=16)
@@ -73,6 +76,8 @@ def bench_adapters(sender, receiver) -> dict:
         adapters = {"heterofold": resolve_adapter(sender, receiver).adapter, **adapters}
     except NoAdapterError:  # no registered adapter: time the recolor map, which has exactly its cost
         adapters = {"heterofold": fit_methods(sender, receiver, ["recolor"], calib)["recolor"], **adapters}
+    if pivot is not None:
+        adapters["composed"] = resolve_path(sender, receiver, pivot=pivot).adapter
     return adapters
 
 
@@ -80,7 +85,8 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     """Two tables that fit a terminal: the times, and what they mean for heterofold."""
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
                         f"({result['threads']} CPU threads)")
-    for column in ("context", "prefill", "plan", "copy", *METHODS):
+    methods = timed_methods(result)
+    for column in ("context", "prefill", "plan", "copy", *methods):
         times.add_column(column, justify="right")
     ratios = Table(title="heterofold transfer", caption="speed-up: prefill / transfer with the context's plan reused; "
                    "cold: prefill / (plan + transfer); vs copy: transfer / cache copy; peak: temporary memory of one "
@@ -90,11 +96,17 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     for row in result["rows"]:
         t, hf = row["transfer_s"], row["transfer_s"]["heterofold"]
         times.add_row(str(row["context_tokens"]), *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s")),
-                      f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in METHODS))
+                      f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in methods))
         ratios.add_row(str(row["context_tokens"]), f"{row['prefill_s'] / hf:.1f}x",
                        f"{row['prefill_s'] / (row['plan_s'] + hf):.1f}x", f"{hf / row['copy_s']:.1f}x",
                        f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
     return times, ratios
+
+
+def timed_methods(result: dict) -> list[str]:
+    """The methods a bench result timed, in table order (the composed path last, when there is one)."""
+    timed = result["rows"][0]["transfer_s"] if result["rows"] else {}
+    return [m for m in METHODS if m in timed] + [m for m in timed if m not in METHODS]
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -107,7 +119,7 @@ def plot(results: list[dict], path: Path) -> None:
     for ax, result in zip(axes[0], results):
         ctx = [r["context_tokens"] for r in result["rows"]]
         ax.plot(ctx, [r["prefill_s"] * 1e3 for r in result["rows"]], "o-", label="native prefill")
-        for m in METHODS:
+        for m in timed_methods(result):
             ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
         ax.plot(ctx, [(r["plan_s"] + r["transfer_s"]["heterofold"]) * 1e3 for r in result["rows"]], ":",
                 label="plan + heterofold (cold)")
@@ -136,7 +148,7 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     for sender_id, receiver_id in args.directions():
         with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
-            adapters = bench_adapters(sender, receiver)  # fitted in fp32 on the CPU, then moved
+            adapters = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
             device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
             for side in (sender, receiver):
                 side.model.to(device=device, dtype=DTYPES[args.dtype])

@@ -46,7 +46,7 @@ class ComposeArgs:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
-def leg(folder: Path | None, sender, receiver, *, registry, args: ComposeArgs, flag: str):
+def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=None, flag: str):
     """``(adapter, ref)`` for one leg between two PairEnds: the package ``folder``, else the registry's best."""
     from ..resolve import fetch
     from ..saving import load_adapter
@@ -58,8 +58,43 @@ def leg(folder: Path | None, sender, receiver, *, registry, args: ComposeArgs, f
     except HeteroFoldError as miss:
         raise HeteroFoldError(f"No adapter {sender.id} -> {receiver.id} to compose:\n{miss}\nOr pass a package with "
                               f"{flag} DIR.") from None
-    fetched = fetch(registry, entry, version, hub_dir=args.hub_dir, token=args.token)
+    fetched = fetch(registry, entry, version, hub_dir=hub_dir, token=token)
     return load_adapter(fetched), {"repo_id": entry.repo_id, "version": version.version}
+
+
+def compose_path(sender, receiver, *, via: str, registry, first: Path | None = None, second: Path | None = None,
+                 hub_dir=None, token=None):
+    """The composed adapter ``sender`` -> ``via`` -> ``receiver`` (Sides; ``via`` a model id): each leg is the
+    package given (``first``/``second``) or the registry's best, checked against the models in use."""
+    from ..methods.composed import compose
+    from ..registry import PairEnd
+    from ..resolve import pair_end
+    from ..saving import check_pair
+
+    a2p, a2p_ref = leg(first, pair_end(sender), PairEnd(via), registry=registry, hub_dir=hub_dir, token=token,
+                       flag="--first")
+    c = a2p.config  # the second leg must start from the very pivot the first one ends at
+    if c.receiver != via:
+        raise HeteroFoldError(f"--first {first} maps into {c.receiver}, not the pivot --via {via!r}; pass "
+                              f"--via {c.receiver} or a package that maps {sender.name} into {via}.")
+    pivot = PairEnd(via, c.receiver_revision, c.receiver_tokenizer, c.receiver_spec)
+    p2b, p2b_ref = leg(second, pivot, pair_end(receiver), registry=registry, hub_dir=hub_dir, token=token,
+                       flag="--second")
+    composed = compose(a2p, p2b, first_ref=a2p_ref, second_ref=p2b_ref)
+    check_pair(composed, sender, receiver, source=f"the composition via {via}")
+    return composed
+
+
+def held_out_problem(adapter, heldout: str) -> str | None:
+    """Why ``heldout`` cannot score ``adapter`` (a text it or a parent was fitted on shares passages with it)."""
+    from ..methods.composed import training_data
+    from .evaluate import trained_on_eval_text
+
+    seen = [d for d in training_data(adapter.config) if trained_on_eval_text(d, heldout)]
+    if not seen:
+        return None
+    return (f"A parent was trained on {seen[0]!r}, which shares text with --heldout {heldout!r}; held-out text must "
+            "never be trained on. Pass other --heldout text.")
 
 
 def run_compose(args: ComposeArgs, console: Console) -> dict | None:
@@ -68,39 +103,27 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     from ..data import read_texts
     from ..evaluate import evaluate
     from ..io import write_json_atomic
-    from ..methods.composed import compose, training_data
     from ..models import Side
-    from ..registry import PairEnd, open_registry
-    from ..resolve import pair_end
-    from ..saving import METRICS_NAME, check_pair, save_adapter
+    from ..registry import open_registry
+    from ..saving import METRICS_NAME, save_adapter
     from ..windows import make_windows
-    from .evaluate import results_table, trained_on_eval_text
+    from .evaluate import results_table
 
-    registry = open_registry(args.registry)
     scoring = args.eval_windows > 0
     with console.status("loading models"):
         sender = Side.load(args.sender, with_model=scoring)
         receiver = Side.load(args.receiver, with_model=scoring)
-    first, first_ref = leg(args.first, pair_end(sender), PairEnd(args.via), registry=registry, args=args, flag="--first")
-    c = first.config  # the second leg must start from the very pivot the first one ends at
-    if c.receiver != args.via:
-        raise HeteroFoldError(f"--first {args.first} maps into {c.receiver}, not the pivot --via {args.via!r}; pass "
-                              f"--via {c.receiver} or a package that maps {args.sender} into {args.via}.")
-    pivot = PairEnd(args.via, c.receiver_revision, c.receiver_tokenizer, c.receiver_spec)
-    second, second_ref = leg(args.second, pivot, pair_end(receiver), registry=registry, args=args, flag="--second")
-    composed = compose(first, second, first_ref=first_ref, second_ref=second_ref)
-    check_pair(composed, sender, receiver, source=f"the composition via {args.via}")
+    composed = compose_path(sender, receiver, via=args.via, registry=open_registry(args.registry), first=args.first,
+                            second=args.second, hub_dir=args.hub_dir, token=args.token)
     for parent in composed.parents:
         console.print(f"parent: {parent.describe()}", highlight=False)
-    console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer "
-                  f"(the parents read {len(first.config.layer_sources[0])} and {len(second.config.layer_sources[0])})",
+    console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer",
                   highlight=False)
     result = None
     if scoring:
-        seen = [d for d in training_data(composed.config) if trained_on_eval_text(d, args.heldout)]
-        if seen:
-            raise HeteroFoldError(f"A parent was trained on {seen[0]!r}, which shares text with --heldout "
-                                  f"{args.heldout!r}; held-out text must never be trained on. Pass other --heldout text.")
+        problem = held_out_problem(composed, args.heldout)
+        if problem:
+            raise HeteroFoldError(problem)
         held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
                                 context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
         result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size)

@@ -28,6 +28,7 @@ class EvalArgs:
     json_path: Path | None
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
+    pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -75,6 +76,7 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     """``{row name: (source, adapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
     lists for this pair, if any), checked against the loaded pair and against training on the eval text.
     Each row is named by its method, plus its source when that name is taken."""
+    from ..methods.composed import training_data
     from ..registry import NoAdapterError
     from ..resolve import resolve_adapter
 
@@ -83,15 +85,17 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
         resolved.append((str(folder), resolve_adapter(sender, receiver, adapter=folder)))
     if not args.adapters and args.registered:
         try:
-            found = resolve_adapter(sender, receiver)
-            resolved.append((f"{found.repo_id}@{found.version}", found))
+            found = resolve_adapter(sender, receiver, pivot=args.pivot)
+            resolved.append((found.describe() if found.path else f"{found.repo_id}@{found.version}", found))
         except NoAdapterError:
-            pass  # nothing registered for this pair: score the methods alone
+            if args.pivot is not None:
+                raise  # a path was asked for: say why there is none
+            # nothing registered for this pair: score the methods alone
     out = {}
     for source, found in resolved:
-        trained_on = found.adapter.config.training_args.get("data")
-        if trained_on is not None and trained_on_eval_text(str(trained_on), args.data):
-            raise HeteroFoldError(f"Adapter {source} was trained on {trained_on!r}, which shares text with the --data "
+        seen = [d for d in training_data(found.adapter.config) if trained_on_eval_text(d, args.data)]
+        if seen:
+            raise HeteroFoldError(f"Adapter {source} was trained on {seen[0]!r}, which shares text with the --data "
                                   f"{args.data!r} being evaluated; held-out text must never be trained on. Evaluate on "
                                   "other text.")
         name = found.adapter.config.method

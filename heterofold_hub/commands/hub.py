@@ -155,3 +155,47 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
         folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
         console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
     return entry
+
+
+def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_path: Path | None, console: Console,
+                  as_json: bool = False) -> dict:
+    """What resolves for a pair, by model id: its direct adapters, and with ``pivot`` ("auto" or an id) the
+    registered paths through a pivot, best estimate first (the product of the legs' recorded recovered)."""
+    from ..methods import METHODS
+    from ..methods.affine import AffineAdapter
+    from ..registry import PairEnd
+
+    registry = open_registry(registry_path, must_exist=True)
+    direct = [e for e in registry.entries() if (e.sender.id, e.receiver.id) == (sender, receiver)]
+    affine = {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}
+    paths = [] if pivot is None else registry.paths(PairEnd(sender), PairEnd(receiver),
+                                                    pivot=None if pivot == "auto" else pivot, methods=affine)
+    legs = lambda e, v: {"repo_id": e.repo_id, "version": v.version, "method": e.method,
+                         "recovered": v.metrics["recovered"]}
+    found = {"sender": sender, "receiver": receiver, "direct": [e.repo_id for e in direct],
+             "paths": [{"pivot": p.pivot, "first": legs(p.first, p.first_version),
+                        "second": legs(p.second, p.second_version), "estimate": p.estimate} for p in paths]}
+    if as_json:
+        import json
+
+        print(json.dumps(found, indent=2))
+        return found
+    console.print(f"[bold]{sender} -> {receiver}[/]", highlight=False)
+    console.print("direct: " + (", ".join(found["direct"]) or "none registered"), highlight=False)
+    if pivot is not None:
+        table = Table(title=f"paths through {'any pivot' if pivot == 'auto' else pivot} (best first)",
+                      caption="estimate: product of the two legs' recorded recovered, a ranking prior, not a measurement")
+        for column in ("pivot", "sender -> pivot", "pivot -> receiver", "estimate"):
+            table.add_column(column)
+        for p in found["paths"]:
+            table.add_row(p["pivot"], *(f"{leg['repo_id']} {leg['version']} ({leg['recovered']:.3f})"
+                                        for leg in (p["first"], p["second"])), f"{p['estimate']:.3f}")
+        console.print(table)
+    taken = ("the direct adapter" if direct else f"the path via {paths[0].pivot}" if paths else None)
+    if taken:
+        console.print(f"from_pretrained resolves {taken}", highlight=False)
+    else:
+        hint = "no registered path either" if pivot else "try --pivot auto for paths through a pivot model"
+        console.print(f"nothing resolves directly ({hint}): hf-fold train --sender {sender} --receiver {receiver}",
+                      highlight=False)
+    return found

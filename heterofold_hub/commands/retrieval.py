@@ -46,6 +46,7 @@ class RetrievalArgs:
     plot_path: Path | None = None
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
+    pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""

@@ -81,10 +81,8 @@ class ComposedAdapter(AffineAdapter):
 
 def training_data(config: AdapterConfig) -> list[str]:
     """Every text an adapter was fitted on, as recorded: its own ``training_args["data"]`` and, for a composed
-    adapter, its parents' (so held-out checks see through composition)."""
+    adapter or one trained from a composition, its parents' (so held-out checks see through composition)."""
     own = [str(config.training_args["data"])] if config.training_args.get("data") is not None else []
-    if config.method != "composed":
-        return own
     return own + [d for p in config.extra.get("parents", []) for d in p.get("data", [])]
 
 
