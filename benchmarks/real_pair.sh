@@ -44,12 +44,13 @@ case "${1:-}" in
     done
     ;;
   long)
-    # recolor is fitted here on the same training text; the three trained adapters are scored beside it.
-    LONG="--context-tokens 2048 --windows 32 --methods recolor --calib-data bundled:train-natural"
-    $FOLD eval --sender $GEMMA --receiver $SMOL $LONG --adapter runs/real/g2s --adapter runs/real/g2s-kv-ridge \
-      --adapter runs/real/g2s-dense-latent --json $OUT/fidelity-g2s-2048.json
-    $FOLD eval --sender $SMOL --receiver $GEMMA $LONG --adapter runs/real/s2g-natural --adapter runs/real/s2g-kv-ridge \
-      --adapter runs/real/s2g-dense-latent --json $OUT/fidelity-s2g-2048.json
+    # recolor is fitted here on the same training text; the trained adapters (those present) are scored beside it.
+    LONG="--context-tokens 2048 --windows 24 --methods recolor --calib-data bundled:train-natural"
+    adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
+    $FOLD eval --sender $GEMMA --receiver $SMOL $LONG $(adapters runs/real/g2s runs/real/g2s-kv-ridge \
+      runs/real/g2s-dense-latent) --json $OUT/fidelity-g2s-2048.json
+    $FOLD eval --sender $SMOL --receiver $GEMMA $LONG $(adapters runs/real/s2g-natural runs/real/s2g-kv-ridge \
+      runs/real/s2g-dense-latent) --json $OUT/fidelity-s2g-2048.json
     ;;
   retrieval)
     $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods recolor \
