@@ -1,14 +1,14 @@
 """HeteroFold Hub: map a sender LLM's KV cache into a frozen receiver of another family."""
 
-from .arch import KVSpec, kv_spec
-from .errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
-from .methods import METHODS, AdapterConfig, PairAdapter, get_method
-from .methods.composed import compose
-from .modeling import HeteroFoldModel
-from .models import Side, load_model, load_tokenizer
-from .pipeline import TransferPipeline, TransferResult
-from .plan import TransferPlan
-from .streaming import LayerStream
+from heterofold_hub.base_models.arch import KVSpec, kv_spec
+from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
+from heterofold_hub.methods import METHODS, AdapterConfig, PairAdapter, get_method
+from heterofold_hub.methods.composed import compose
+from heterofold_hub.modeling import HeteroFoldModel
+from heterofold_hub.base_models.loading import Side, load_model, load_tokenizer
+from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult
+from heterofold_hub.transfer.plan import TransferPlan
+from heterofold_hub.transfer.fast import LayerStream
 
 __version__ = "0.1.0"
 

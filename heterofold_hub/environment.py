@@ -9,9 +9,9 @@ from importlib import metadata
 
 import torch
 
-from . import __version__, kernels
-from .hub.local import default_root
-from .registry import default_registry_path
+from heterofold_hub import __version__, kernels
+from heterofold_hub.hub.local import default_root
+from heterofold_hub.hub.registry import default_registry_path
 
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "lightning", "peft")
 

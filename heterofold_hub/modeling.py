@@ -12,14 +12,14 @@ from pathlib import Path
 
 import torch
 
-from .errors import HeteroFoldError
-from .models import Side
-from .pipeline import TransferPipeline, TransferResult, native_prefill
-from .plan import TransferPlan
-from .registry import NoAdapterError, Registry, open_registry
-from .resolve import ResolvedAdapter, resolve_adapter
-from .saving import save_adapter
-from .streaming import LayerStream
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
+from heterofold_hub.transfer.plan import TransferPlan
+from heterofold_hub.hub.registry import NoAdapterError, Registry, open_registry
+from heterofold_hub.hub.resolve import ResolvedAdapter, resolve_adapter
+from heterofold_hub.hub.package import save_adapter
+from heterofold_hub.transfer.fast import LayerStream
 
 FALLBACKS = ("error", "prefill")
 
@@ -29,7 +29,7 @@ def _side(model, *, revision=None, torch_dtype=None, device_map=None, local_file
     if isinstance(model, Side):
         return model
     if isinstance(model, torch.nn.Module):
-        from .models import load_tokenizer
+        from heterofold_hub.base_models.loading import load_tokenizer
 
         return Side.from_model(model, load_tokenizer(model.name_or_path, local_files_only=local_files_only))
     model_kwargs = dict(torch_dtype=torch_dtype, device=device_map) if with_model else {}
@@ -141,8 +141,8 @@ class HeteroFoldModel:
     def push_to_hub(self, repo_id: str, *, version: str, hub: str | None = None, hub_dir=None,
                     token: str | None = None, registry: Registry | str | Path | None = None):
         """Publish this model's adapter package (card, immutable version, registry entry), like ``hf-fold push``."""
-        from .hub import get_hub
-        from .publishing import push_package
+        from heterofold_hub.hub import get_hub
+        from heterofold_hub.hub.publishing import push_package
 
         if self.resolved is None:
             raise HeteroFoldError("There is no adapter to push: this model fell back to native prefill.")

@@ -12,7 +12,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-import heterofold_hub.alignment as sample_module
+import heterofold_hub.transfer.alignment as sample_module
 from hub_server import LoopbackHub
 
 TRAIN_TEXT = inspect.getsource(sample_module) + inspect.getsource(textwrap)
@@ -107,7 +107,7 @@ def loopback_hub(tmp_path):
 @pytest.fixture(scope="session")
 def smol():
     """SmolLM2-135M-Instruct from its PyPI GGUF package (loaded once per test session)."""
-    from heterofold_hub.models import Side
+    from heterofold_hub.base_models.loading import Side
 
     return Side.load("gguf/smollm2-135m-instruct-q4_1")
 
@@ -115,6 +115,6 @@ def smol():
 @pytest.fixture(scope="session")
 def gemma():
     """Gemma 3 270M from its PyPI GGUF packages (loaded once per test session)."""
-    from heterofold_hub.models import Side
+    from heterofold_hub.base_models.loading import Side
 
     return Side.load("gguf/gemma3-270m-q4_k_m")

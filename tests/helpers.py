@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 
-from heterofold_hub.calibration import collect
-from heterofold_hub.kvcache import cache_layers
-from heterofold_hub.transfer import assemble, native_prefix_kv, sender_features
+from heterofold_hub.methods.features import collect
+from heterofold_hub.transfer.kvcache import cache_layers
+from heterofold_hub.transfer.reference import assemble, native_prefix_kv, sender_features
 from heterofold_hub.methods.affine import AffineAdapter
 from heterofold_hub.methods.base import AdapterConfig
-from heterofold_hub.models import Side
-from heterofold_hub.windows import make_windows
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.data.windows import make_windows
 
 from conftest import TRAIN_TEXT
 
@@ -69,8 +69,8 @@ def reference_layers(pipe, cache, plan):
 
 
 def assert_same_cache(fast, reference, atol=1e-5):
-    """The fast path's cache equals the reference layers; a sliding-window layer holds the reference's last
-    ``window`` positions and counts all of them."""
+    """The fast path's cache equals the reference layers (to ``atol`` times the largest value, at least 1); a
+    sliding-window layer holds the reference's last ``window`` positions and counts all of them."""
     assert len(fast.layers) == len(reference)
     for layer, (k, v) in zip(fast.layers, reference):
         window = getattr(layer, "sliding_window", None)
@@ -78,8 +78,9 @@ def assert_same_cache(fast, reference, atol=1e-5):
             assert layer.keys.shape[2] == min(window - 1, k.shape[2]) and layer.get_seq_length() == k.shape[2]
             k, v = k[:, :, -layer.keys.shape[2]:], v[:, :, -layer.keys.shape[2]:]
         assert layer.keys.shape == k.shape and layer.keys.dtype == k.dtype
-        assert torch.allclose(layer.keys, k, atol=atol, rtol=0), (layer.keys - k).abs().max()
-        assert torch.allclose(layer.values, v, atol=atol, rtol=0), (layer.values - v).abs().max()
+        for got, want in ((layer.keys, k), (layer.values, v)):  # float32 rounding grows with the values' scale
+            tolerance = atol * max(1.0, want.abs().max().item())
+            assert torch.allclose(got, want, atol=tolerance, rtol=0), ((got - want).abs().max(), tolerance)
 
 
 def kernels_or_skip():
@@ -87,7 +88,7 @@ def kernels_or_skip():
     machine with a compiler a kernel that fails to build fails the test instead of hiding behind a skip."""
     import pytest
 
-    from heterofold_hub import kernels
+    from heterofold_hub.transfer import kernels
 
     built, status = kernels.load(), kernels.status()
     if built is None:

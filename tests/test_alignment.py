@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from heterofold_hub.alignment import align_batch, align_sequence, char_owner, layers_by_depth, leading_empty
+from heterofold_hub.transfer.alignment import align_batch, align_sequence, char_owner, layers_by_depth, leading_empty
 from heterofold_hub.errors import AlignmentError
 
 T = lambda *spans: torch.tensor(spans, dtype=torch.long).view(-1, 2)

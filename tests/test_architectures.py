@@ -4,12 +4,12 @@ import pytest
 import torch
 import transformers
 
-from heterofold_hub.arch import SUPPORTED_ARCHITECTURES, Rope, kv_spec
-from heterofold_hub.kvcache import full_cache
+from heterofold_hub.base_models.arch import SUPPORTED_ARCHITECTURES, Rope, kv_spec
+from heterofold_hub.transfer.kvcache import full_cache
 from heterofold_hub.errors import UnsupportedArchitectureError
 from heterofold_hub.methods import get_method
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
 
 from conftest import tiny_model
 from helpers import assert_same_cache, reference_layers, small_calibration, texts

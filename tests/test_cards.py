@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heterofold_hub.cards import card_data, card_summary, render_card, write_card
+from heterofold_hub.hub.cards import card_data, card_summary, render_card, write_card
 from heterofold_hub.errors import HeteroFoldError
 
 FIXTURE = Path(__file__).parent / "data" / "package"

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from heterofold_hub.saving import load_adapter
+from heterofold_hub.hub.package import load_adapter
 
 from helpers import hf_fold
 

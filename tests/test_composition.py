@@ -11,18 +11,18 @@ import pytest
 import torch
 
 from heterofold_hub import compose
-from heterofold_hub.arch import kv_spec
+from heterofold_hub.base_models.arch import kv_spec
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
-from heterofold_hub.fitting import fit_methods
+from heterofold_hub.methods.fitting import fit_methods
 from heterofold_hub.hub import LocalHub
 from heterofold_hub.methods import AdapterConfig, get_method
 from heterofold_hub.methods.composed import ComposedAdapter, training_data
 from heterofold_hub.modeling import HeteroFoldModel
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
-from heterofold_hub.publishing import push_package
-from heterofold_hub.registry import NoAdapterError, Registry
-from heterofold_hub.saving import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter, save_adapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.hub.publishing import push_package
+from heterofold_hub.hub.registry import NoAdapterError, Registry
+from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter, save_adapter
 
 from conftest import bpe_tokenizer, tiny_model, unigram_tokenizer
 from helpers import assert_same_cache, hf_fold, reference_layers, small_calibration, texts
@@ -92,7 +92,7 @@ def test_composed_adapter_runs_the_fast_path_and_equals_the_reference(bpe, unigr
     composed = compose(random_affine(sender.model, pivot, 2, 4), random_affine(pivot, receiver.model, 2, 5))
     pipe = TransferPipeline(composed, sender, receiver)
     context = texts()[1][:300]
-    from heterofold_hub.kvcache import full_cache
+    from heterofold_hub.transfer.kvcache import full_cache
 
     with torch.no_grad():
         cache = sender.model(**bpe(context, return_tensors="pt"), use_cache=True, cache=full_cache()).cache
@@ -131,7 +131,7 @@ def trio(tmp_path_factory):
     for leg, (s, r) in legs.items():
         windows, _ = small_calibration(sides[s], sides[r], context_tokens=32, windows=4)
         adapter = fit_methods(sides[s], sides[r], ["kv-ridge"], windows, batch_size=2)["kv-ridge"]
-        from heterofold_hub.fingerprint import tokenizer_fingerprint
+        from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
 
         # registered under hub-style ids; the folders loaded later match them by tokenizer and KV layout
         adapter.config = replace(adapter.config, sender=f"tester/{s}", receiver=f"tester/{r}",
@@ -158,7 +158,7 @@ def test_from_pretrained_composes_a_path_when_no_direct_adapter_fits(trio, tmp_p
     with pytest.raises(NoAdapterError) as miss:
         HeteroFoldModel.from_pretrained(a, b, registry=registry, hub_dir=hub_dir)
     assert "a path exists via tester/p" in str(miss.value) and "pivot='auto'" in str(miss.value)
-    with caplog.at_level(logging.WARNING, logger="heterofold_hub.resolve"):
+    with caplog.at_level(logging.WARNING, logger="heterofold_hub.hub.resolve"):
         model = HeteroFoldModel.from_pretrained(a, b, registry=registry, hub_dir=hub_dir, pivot="auto")
     assert "composed via" in caplog.text and "tester/first v1.0.0" in caplog.text
     assert model.resolved.path.pivot == "tester/p" and model.resolved.folder is None

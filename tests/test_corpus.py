@@ -1,6 +1,6 @@
 """The evaluation text is disjoint from everything any fit reads, by content as well as by name."""
 
-from heterofold_hub.data import read_texts, same_source, shared_passages
+from heterofold_hub.data.texts import read_texts, same_source, shared_passages
 from heterofold_hub.zoo.corpus import CORPUS_DIR, load_records
 
 

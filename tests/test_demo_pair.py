@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from heterofold_hub.data import read_texts
-from heterofold_hub.evaluate import evaluate
-from heterofold_hub.fitting import fit_methods
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
-from heterofold_hub.resolve import resolve_adapter
-from heterofold_hub.windows import make_windows
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.evaluation.fidelity import evaluate
+from heterofold_hub.methods.fitting import fit_methods
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.hub.resolve import resolve_adapter
+from heterofold_hub.data.windows import make_windows
 from heterofold_hub.zoo import DEMO_PAIR
 
 

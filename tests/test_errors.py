@@ -9,8 +9,8 @@ import torch
 
 from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError
 from heterofold_hub.methods import get_method
-from heterofold_hub.models import Side, load_model
-from heterofold_hub.pipeline import TransferPipeline
+from heterofold_hub.base_models.loading import Side, load_model
+from heterofold_hub.transfer.pipeline import TransferPipeline
 
 from conftest import tiny_model
 from helpers import small_calibration, texts

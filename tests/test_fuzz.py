@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
-from heterofold_hub.resolve import resolve_adapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.hub.resolve import resolve_adapter
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
@@ -139,7 +139,7 @@ def test_contexts_at_and_past_the_receivers_maximum_positions(short_pair, extra)
 def test_a_context_past_the_senders_maximum_is_refused_naming_the_sender(short_pair):
     """The sender's tokenizer may need more tokens than the receiver's for the same text: planning the pair the
     other way round (BPE side sending), a text that fits the receiver but not the sender is refused."""
-    from heterofold_hub.plan import build_plan
+    from heterofold_hub.transfer.plan import build_plan
 
     sender, receiver = short_pair.receiver, short_pair.sender  # BPE splits this text into more tokens
     text = "alpha beta " * 400

@@ -16,11 +16,11 @@ import torch
 from heterofold_hub.errors import PairMismatchError
 from heterofold_hub.hub import LocalHub, RemoteHub
 from heterofold_hub.modeling import HeteroFoldModel
-from heterofold_hub.models import Side, load_model, resolve
-from heterofold_hub.publishing import push_package
-from heterofold_hub.registry import NoAdapterError, Registry, load_default_registry
-from heterofold_hub.resolve import fetch, pair_end, resolve_adapter
-from heterofold_hub.saving import check_pair, load_adapter
+from heterofold_hub.base_models.loading import Side, load_model, resolve
+from heterofold_hub.hub.publishing import push_package
+from heterofold_hub.hub.registry import NoAdapterError, Registry, load_default_registry
+from heterofold_hub.hub.resolve import fetch, pair_end, resolve_adapter
+from heterofold_hub.hub.package import check_pair, load_adapter
 from heterofold_hub.zoo import DEMO_PAIR
 
 from helpers import ROOT, hf_fold

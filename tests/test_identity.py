@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from heterofold_hub.kvcache import full_cache
-from heterofold_hub.forward import native_logits, transferred_logits
+from heterofold_hub.transfer.kvcache import full_cache
+from heterofold_hub.transfer.forward import native_logits, transferred_logits
 from heterofold_hub.errors import PairMismatchError
 from heterofold_hub.methods import get_method
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
-from heterofold_hub.windows import prepare_batch
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.data.windows import prepare_batch
 
 from conftest import GEMMA3_WINDOW, tiny_model
 from helpers import IdentityAdapter, small_calibration, texts

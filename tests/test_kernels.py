@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from heterofold_hub import kernels
-from heterofold_hub.plan import Turn
+from heterofold_hub.transfer import kernels
+from heterofold_hub.transfer.plan import Turn
 
 from helpers import kernels_or_skip
 

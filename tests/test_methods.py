@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from heterofold_hub.arch import KVSpec
-from heterofold_hub.calibration import CalibrationSet
+from heterofold_hub.base_models.arch import KVSpec
+from heterofold_hub.methods.features import CalibrationSet
 from heterofold_hub.errors import HeteroFoldError, TrainingError
 from heterofold_hub.methods import METHODS, get_method, register_method
 from heterofold_hub.methods.affine import AffineAdapter
 from heterofold_hub.methods.dense_latent import _descend
 from heterofold_hub.methods.kv_ridge import best_correlated_layers
-from heterofold_hub.stats import moment_match, ridge
+from heterofold_hub.methods.stats import moment_match, ridge
 
 
 def correlated(n=4000, din=12, dout=8, seed=0):

@@ -17,8 +17,8 @@ import math
 import pytest
 import torch
 
-from heterofold_hub.evaluate import _jackknife_se, summarise, token_measures
-from heterofold_hub.retrieval import summarise as retrieval_summarise
+from heterofold_hub.evaluation.fidelity import _jackknife_se, summarise, token_measures
+from heterofold_hub.evaluation.retrieval import summarise as retrieval_summarise
 
 TOL = 1e-9  # all tensors are float64
 

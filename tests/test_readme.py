@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from heterofold_hub.reports import fidelity_caption, fidelity_markdown
+from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown
 
 from helpers import ROOT
 

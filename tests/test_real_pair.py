@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from heterofold_hub.data import read_texts
-from heterofold_hub.kvcache import full_cache
-from heterofold_hub.pipeline import TransferPipeline, native_prefill
-from heterofold_hub.sources import PACKAGED
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.transfer.kvcache import full_cache
+from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.base_models.gguf import PACKAGED
 
 from helpers import ROOT, IdentityAdapter
 
@@ -77,7 +77,7 @@ def test_from_pretrained_resolves_the_shipped_adapter_offline_in_a_fresh_process
     code = f"""
 import torch
 from heterofold_hub import HeteroFoldModel
-from heterofold_hub.kvcache import full_cache
+from heterofold_hub.transfer.kvcache import full_cache
 text = {long_text[:2000]!r}
 model = HeteroFoldModel.from_pretrained({sender!r}, {receiver!r}, load_sender=True, local_files_only=True)
 inputs = model.sender.tokenizer(text, return_tensors="pt")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from heterofold_hub.arch import KVSpec
+from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.registry import (
+from heterofold_hub.hub.registry import (
     SPEC_FIELDS, OPTIONAL_SPEC_FIELDS, NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry,
 )
 

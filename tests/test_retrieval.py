@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from heterofold_hub.data import read_texts
+from heterofold_hub.data.texts import read_texts
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.models import Side
-from heterofold_hub.retrieval import (FACT_RE, FACTS_HEADER, digit_accuracy, exact_match, filler_texts, known_facts,
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.evaluation.retrieval import (FACT_RE, FACTS_HEADER, digit_accuracy, exact_match, filler_texts, known_facts,
                                       make_prompt, make_prompts, qualifying_lengths, summarise)
 from heterofold_hub.zoo import DEMO_PAIR
 from heterofold_hub.zoo.retrieval import fact_line, question_prefix
@@ -164,7 +164,7 @@ def test_argument_problems_are_gathered_before_any_model_loads(args, flags, monk
     from typer.testing import CliRunner
 
     import cli
-    from heterofold_hub import models
+    from heterofold_hub.base_models import loading as models
 
     monkeypatch.setattr(models.Side, "load", lambda *a, **k: pytest.fail("a model was loaded"))
     result = CliRunner().invoke(cli.app, ["eval", *args])

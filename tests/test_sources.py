@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from heterofold_hub import sources
+from heterofold_hub.base_models import gguf as sources
 from heterofold_hub.errors import HeteroFoldError, IntegrityError, UnsupportedArchitectureError
-from heterofold_hub.models import Side, resolve
+from heterofold_hub.base_models.loading import Side, resolve
 
 SMOL = "gguf/smollm2-135m-instruct-q4_1"
 

@@ -3,17 +3,17 @@
 import pytest
 import torch
 
-from heterofold_hub import kernels
-from heterofold_hub.bench import text_of_length
-from heterofold_hub.data import read_texts
+from heterofold_hub.transfer import kernels
+from heterofold_hub.evaluation.bench import text_of_length
+from heterofold_hub.data.texts import read_texts
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.kvcache import build_cache, cache_layers, full_cache
-from heterofold_hub.memory import peak_extra_bytes
+from heterofold_hub.transfer.kvcache import build_cache, cache_layers, full_cache
+from heterofold_hub.evaluation.memory import peak_extra_bytes
 from heterofold_hub.methods import get_method
-from heterofold_hub.models import Side
-from heterofold_hub.pipeline import TransferPipeline
-from heterofold_hub.resolve import resolve_adapter
-from heterofold_hub.streaming import LayerStream, map_cache
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.hub.resolve import resolve_adapter
+from heterofold_hub.transfer.fast import LayerStream, map_cache
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
@@ -33,7 +33,7 @@ def path(request, monkeypatch):
     """Both ways the fast path runs: the C kernel (CPU float32), and the torch ops (other devices or dtypes, or
     no C compiler)."""
     if request.param == "torch ops":
-        monkeypatch.setattr("heterofold_hub.streaming.kernels.load", lambda: None)
+        monkeypatch.setattr("heterofold_hub.transfer.fast.kernels.load", lambda: None)
     else:
         kernels_or_skip()
     return request.param

@@ -10,10 +10,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from safetensors.torch import load_file
 
-from heterofold_hub.forward import transferred_logits
+from heterofold_hub.transfer.forward import transferred_logits
 from heterofold_hub.methods import get_method
-from heterofold_hub.models import Side
-from heterofold_hub.windows import prepare_batch
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.data.windows import prepare_batch
 from trainers.calibrate import calibrate
 from trainers.module import kl_to_teacher
 from trainers.unfolded import UnfoldedAffine
@@ -53,7 +53,7 @@ def test_calibration_lowers_kl_and_is_deterministic(setup):
     kw = dict(steps=12, lr=3e-3, progress=False, seed=3)
     first, second = calibrate(calib, batches, receiver, **kw), calibrate(calib, batches, receiver, **kw)
     assert all(torch.equal(first.state_dict()[k], v) for k, v in weights(second).items())
-    from heterofold_hub.forward import native_logits
+    from heterofold_hub.transfer.forward import native_logits
 
     recolor = get_method("recolor").fit(calib)
     with torch.no_grad():

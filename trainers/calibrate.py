@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.forward import native_logits, transferred_logits
+from heterofold_hub.transfer.forward import native_logits, transferred_logits
 from heterofold_hub.methods import get_method
 from heterofold_hub.methods.base import MethodOptions
 

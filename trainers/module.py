@@ -6,9 +6,9 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from heterofold_hub.forward import native_logits, transferred_logits
-from heterofold_hub.models import Side
-from heterofold_hub.windows import Batch
+from heterofold_hub.transfer.forward import native_logits, transferred_logits
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.data.windows import Batch
 
 from .faults import Diverged
 from .unfolded import UnfoldedAffine
@@ -50,7 +50,7 @@ class CalibrationModule(L.LightningModule):
         super().optimizer_step(*args, **kwargs)
         # A huge update can leave NaN/inf weights while the loss that drove it was finite: stop before a
         # checkpoint saves them (checkpoints are written after this step).
-        bad = [name for name, p in self.adapter.named_parameters() if p.requires_grad and not torch.isfinite(p).all()]
+        bad = self.adapter.non_finite()
         if bad:
             raise Diverged(f"the update of step {self.global_step} left NaN/inf in the weights {bad[:3]}",
                            self.global_step + 1)

@@ -65,7 +65,7 @@ class TrainArgs:
             problems.append(f"--lr: {self.lr} must be positive")
         elif self.lr is not None and not self.lr < MAX_LR:  # beyond it AdamW's step size overflows float32
             problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); leave it out for the method's default")
-        from heterofold_hub.alignment import SENDER_LAYERS
+        from heterofold_hub.transfer.alignment import SENDER_LAYERS
 
         from .calibrate import INIT_CHOICES
 
@@ -90,7 +90,7 @@ class TrainArgs:
             problems.append(f"--continuation-tokens {self.continuation_tokens} must be shorter than --context-tokens {self.context_tokens}")
         if self.sender == self.receiver:
             problems.append(f"--sender and --receiver are both {self.sender!r}; an adapter maps between two different models")
-        from heterofold_hub.data import same_source
+        from heterofold_hub.data.texts import same_source
 
         if same_source(self.data, self.heldout):
             problems.append(f"--data and --heldout are both {self.data!r}; held-out text must never be trained on")
@@ -132,8 +132,8 @@ def composed_start(args: TrainArgs, sender, receiver):
     """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--via``;
     refused when a parent was trained on the held-out text."""
     from heterofold_hub.commands.compose import compose_path, held_out_problem
-    from heterofold_hub.registry import open_registry
-    from heterofold_hub.saving import check_pair, load_adapter
+    from heterofold_hub.hub.registry import open_registry
+    from heterofold_hub.hub.package import check_pair, load_adapter
 
     if args.init_adapter is not None:
         start = load_adapter(args.init_adapter)
@@ -152,14 +152,14 @@ def composed_start(args: TrainArgs, sender, receiver):
 def run_train(args: TrainArgs, console: Console) -> dict:
     args.validate()
     from heterofold_hub.commands.evaluate import results_table
-    from heterofold_hub.data import SHINGLE_LINES, read_texts, shared_passages
-    from heterofold_hub.evaluate import evaluate
-    from heterofold_hub.fingerprint import tokenizer_fingerprint
-    from heterofold_hub.fitting import fit_methods
+    from heterofold_hub.data.texts import SHINGLE_LINES, read_texts, shared_passages
+    from heterofold_hub.evaluation.fidelity import evaluate
+    from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
+    from heterofold_hub.methods.fitting import fit_methods
     from heterofold_hub.io import write_json_atomic
-    from heterofold_hub.models import Side
-    from heterofold_hub.saving import METRICS_NAME, save_adapter
-    from heterofold_hub.windows import make_windows
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.hub.package import METRICS_NAME, save_adapter
+    from heterofold_hub.data.windows import make_windows
     import torch
 
     from heterofold_hub import __version__
@@ -190,7 +190,7 @@ def run_train(args: TrainArgs, console: Console) -> dict:
             sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
             calib_windows=args.calib_windows, fitters={"heterofold": calibrate}, options={args.method: options},
         )[args.method]
-    broken = [name for name, t in adapter.state_dict().items() if not torch.isfinite(t).all()]
+    broken = adapter.non_finite()
     if broken:  # methods trained outside Lightning (dense-latent) have no per-step check
         hint = "" if args.precision == "32-true" else " or use --precision 32-true"
         raise TrainingError(f"Training diverged: the fitted {args.method} adapter has NaN/inf in {broken[:3]}. Lower "

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..errors import HeteroFoldError
-from ..zoo import DEMO_PAIR
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.zoo import DEMO_PAIR
 
 METHODS = ("heterofold", "kv-ridge", "dense-latent")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,11 +63,11 @@ def parse_contexts(value: str) -> list[int]:
 def bench_adapters(sender, receiver, pivot: str | None = None) -> dict:
     """The registered HeteroFold adapter of the pair, plus both baselines fitted on a little calibration text
     (their transfer cost does not depend on how well they were fitted); with ``pivot``, the composed path too."""
-    from ..data import read_texts
-    from ..fitting import fit_methods
-    from ..registry import NoAdapterError
-    from ..resolve import resolve_adapter, resolve_path
-    from ..windows import make_windows
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.methods.fitting import fit_methods
+    from heterofold_hub.hub.registry import NoAdapterError
+    from heterofold_hub.hub.resolve import resolve_adapter, resolve_path
+    from heterofold_hub.data.windows import make_windows
 
     calib = make_windows(read_texts("bundled:calib"), receiver, context_tokens=256, continuation_tokens=32, max_windows=16)
     adapters = fit_methods(sender, receiver, ["kv-ridge", "dense-latent"], calib,
@@ -138,10 +138,10 @@ def plot(results: list[dict], path: Path) -> None:
 
 def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     args.validate()
-    from ..bench import run_bench
-    from ..data import read_texts
-    from ..io import write_json_atomic
-    from ..models import Side
+    from heterofold_hub.evaluation.bench import run_bench
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.io import write_json_atomic
+    from heterofold_hub.base_models.loading import Side
 
     texts = read_texts(args.data)
     results = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError
 
 
 @dataclass(kw_only=True)
@@ -28,7 +28,7 @@ class ComposeArgs:
     token: str | None = None
 
     def validate(self) -> None:
-        from ..saving import CONFIG_NAME
+        from heterofold_hub.hub.package import CONFIG_NAME
 
         problems = []
         if len({self.sender, self.receiver, self.via}) < 3:
@@ -48,8 +48,8 @@ class ComposeArgs:
 
 def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=None, flag: str):
     """``(adapter, ref)`` for one leg between two PairEnds: the package ``folder``, else the registry's best."""
-    from ..resolve import fetch
-    from ..saving import load_adapter
+    from heterofold_hub.hub.resolve import fetch
+    from heterofold_hub.hub.package import load_adapter
 
     if folder is not None:
         return load_adapter(folder), None
@@ -66,10 +66,10 @@ def compose_path(sender, receiver, *, via: str, registry, first: Path | None = N
                  hub_dir=None, token=None):
     """The composed adapter ``sender`` -> ``via`` -> ``receiver`` (Sides; ``via`` a model id): each leg is the
     package given (``first``/``second``) or the registry's best, checked against the models in use."""
-    from ..methods.composed import compose
-    from ..registry import PairEnd
-    from ..resolve import pair_end
-    from ..saving import check_pair
+    from heterofold_hub.methods.composed import compose
+    from heterofold_hub.hub.registry import PairEnd
+    from heterofold_hub.hub.resolve import pair_end
+    from heterofold_hub.hub.package import check_pair
 
     a2p, a2p_ref = leg(first, pair_end(sender), PairEnd(via), registry=registry, hub_dir=hub_dir, token=token,
                        flag="--first")
@@ -87,8 +87,8 @@ def compose_path(sender, receiver, *, via: str, registry, first: Path | None = N
 
 def held_out_problem(adapter, heldout: str) -> str | None:
     """Why ``heldout`` cannot score ``adapter`` (a text it or a parent was fitted on shares passages with it)."""
-    from ..methods.composed import training_data
-    from .evaluate import trained_on_eval_text
+    from heterofold_hub.methods.composed import training_data
+    from heterofold_hub.commands.evaluate import trained_on_eval_text
 
     seen = [d for d in training_data(adapter.config) if trained_on_eval_text(d, heldout)]
     if not seen:
@@ -99,15 +99,15 @@ def held_out_problem(adapter, heldout: str) -> str | None:
 
 def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     args.validate()
-    from .. import __version__
-    from ..data import read_texts
-    from ..evaluate import evaluate
-    from ..io import write_json_atomic
-    from ..models import Side
-    from ..registry import open_registry
-    from ..saving import METRICS_NAME, save_adapter
-    from ..windows import make_windows
-    from .evaluate import results_table
+    from heterofold_hub import __version__
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.evaluation.fidelity import evaluate
+    from heterofold_hub.io import write_json_atomic
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.hub.registry import open_registry
+    from heterofold_hub.hub.package import METRICS_NAME, save_adapter
+    from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.commands.evaluate import results_table
 
     scoring = args.eval_windows > 0
     with console.status("loading models"):

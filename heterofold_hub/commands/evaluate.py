@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import HeteroFoldError
-from ..methods import METHODS
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.methods import METHODS
 
 
 @dataclass
@@ -43,7 +43,7 @@ class EvalArgs:
 
 def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path]) -> list[str]:
     """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair."""
-    from ..saving import CONFIG_NAME
+    from heterofold_hub.hub.package import CONFIG_NAME
 
     problems = []
     unknown = [m for m in methods if m not in METHODS]
@@ -76,9 +76,9 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     """``{row name: (source, adapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
     lists for this pair, if any), checked against the loaded pair and against training on the eval text.
     Each row is named by its method, plus its source when that name is taken."""
-    from ..methods.composed import training_data
-    from ..registry import NoAdapterError
-    from ..resolve import resolve_adapter
+    from heterofold_hub.methods.composed import training_data
+    from heterofold_hub.hub.registry import NoAdapterError
+    from heterofold_hub.hub.resolve import resolve_adapter
 
     resolved = []
     for folder in args.adapters:
@@ -108,7 +108,7 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
 def trained_on_eval_text(trained_on: str, data: str) -> bool:
     """Whether an adapter trained on ``trained_on`` saw any of ``data``: the same source under any spelling, or,
     where the training text can still be read, a shared passage."""
-    from ..data import read_texts, same_source, shared_passages
+    from heterofold_hub.data.texts import read_texts, same_source, shared_passages
 
     if same_source(trained_on, data):
         return True
@@ -121,7 +121,7 @@ def trained_on_eval_text(trained_on: str, data: str) -> bool:
 
 def disjoint_texts(args) -> tuple[list[str], list[str]]:
     """The held-out and calibration texts of ``args`` (``data``, ``calib_data``), refused if they overlap."""
-    from ..data import SHINGLE_LINES, read_texts, shared_passages
+    from heterofold_hub.data.texts import SHINGLE_LINES, read_texts, shared_passages
 
     eval_texts, calib_texts = read_texts(args.data), read_texts(args.calib_data)
     shared = shared_passages(calib_texts, eval_texts)
@@ -135,8 +135,8 @@ def disjoint_texts(args) -> tuple[list[str], list[str]]:
 def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dict, dict, int]:
     """``(adapters, sources, calibration windows)``: ``args.methods`` fitted on calibration windows, plus the
     ``--adapter`` packages (or the registered adapter), each row's source in ``sources``."""
-    from ..fitting import fit_methods
-    from ..windows import make_windows
+    from heterofold_hub.methods.fitting import fit_methods
+    from heterofold_hub.data.windows import make_windows
 
     calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows,
                          context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
@@ -148,9 +148,9 @@ def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dic
 
 def run_eval(args: EvalArgs, console: Console) -> dict:
     args.validate()
-    from ..evaluate import evaluate
-    from ..models import Side
-    from ..windows import make_windows
+    from heterofold_hub.evaluation.fidelity import evaluate
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.data.windows import make_windows
 
     eval_texts, calib_texts = disjoint_texts(args)
     with console.status("loading models"):
@@ -163,7 +163,7 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
     result["adapters"] = sources  # where each adapter row came from
     console.print(results_table(result))
     if args.json_path:
-        from ..io import write_json_atomic
+        from heterofold_hub.io import write_json_atomic
 
         write_json_atomic(args.json_path, result)
         console.print(f"wrote {args.json_path}")

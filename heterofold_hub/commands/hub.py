@@ -8,13 +8,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import HeteroFoldError
-from ..registry import AdapterEntry, Registry, VersionEntry, open_registry
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
     """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
-    from ..publishing import normalize_version
+    from heterofold_hub.hub.publishing import normalize_version
 
     repo_id, _, version = ref.partition("@")
     return repo_id, normalize_version(version) if version else None
@@ -40,8 +40,8 @@ def pick_versions(entry: AdapterEntry, version: str | None) -> list[VersionEntry
 
 def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
              registry_path: Path | None, license: str | None, console: Console) -> None:
-    from ..hub import get_hub
-    from ..publishing import push_package
+    from heterofold_hub.hub import get_hub
+    from heterofold_hub.hub.publishing import push_package
 
     registry = open_registry(registry_path)
     with console.status(f"publishing {repo_id} {version}"):
@@ -58,7 +58,7 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
 
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
              local_files_only: bool, console: Console) -> Path:
-    from ..resolve import fetch
+    from heterofold_hub.hub.resolve import fetch
 
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
@@ -150,7 +150,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
         from rich.markdown import Markdown
 
-        from ..resolve import fetch
+        from heterofold_hub.hub.resolve import fetch
 
         folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
         console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
@@ -161,9 +161,9 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
                   as_json: bool = False) -> dict:
     """What resolves for a pair, by model id: its direct adapters, and with ``pivot`` ("auto" or an id) the
     registered paths through a pivot, best estimate first (the product of the legs' recorded recovered)."""
-    from ..methods import METHODS
-    from ..methods.affine import AffineAdapter
-    from ..registry import PairEnd
+    from heterofold_hub.methods import METHODS
+    from heterofold_hub.methods.affine import AffineAdapter
+    from heterofold_hub.hub.registry import PairEnd
 
     registry = open_registry(registry_path, must_exist=True)
     direct = [e for e in registry.entries() if (e.sender.id, e.receiver.id) == (sender, receiver)]

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError
 
 MIN_LENGTH = 256  # the longest facts block plus a question takes about 170 receiver tokens on the demo models
 DEFAULT_LENGTHS = "512,768,1024"
@@ -50,7 +50,7 @@ class RetrievalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        from .evaluate import shared_problems
+        from heterofold_hub.commands.evaluate import shared_problems
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]
@@ -78,7 +78,7 @@ def _cell(row: dict, reference: bool) -> str:
 
 def results_table(result: dict) -> Table:
     """Rows: methods; columns: lengths; cells: exact-match accuracy (kept share of native accuracy)."""
-    from ..retrieval import REFERENCES
+    from heterofold_hub.evaluation.retrieval import REFERENCES
 
     table = Table(title=f"{result['sender']} -> {result['receiver']}: retrieval exact-match accuracy (kept = accuracy "
                         f"/ native accuracy), {result['docs']} docs per length")
@@ -146,11 +146,11 @@ def _json_safe(obj):
 
 def run_retrieval(args: RetrievalArgs, console: Console) -> dict:
     args.validate()
-    from ..data import read_texts
-    from ..io import write_json_atomic
-    from ..models import Side
-    from ..retrieval import evaluate_retrieval, filler_texts, known_facts, make_prompts
-    from .evaluate import disjoint_texts, scored_adapters
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.io import write_json_atomic
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.evaluation.retrieval import evaluate_retrieval, filler_texts, known_facts, make_prompts
+    from heterofold_hub.commands.evaluate import disjoint_texts, scored_adapters
 
     eval_texts, calib_texts = disjoint_texts(args)
     # Facts of the eval documents must not occur in text anything was fitted or trained on: the calibration

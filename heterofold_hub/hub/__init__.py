@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from .base import AdapterHub, HubError, PublishedVersion, validate_repo_id, validate_version, version_key
-from .local import LocalHub
-from .remote import HF_ENDPOINT, RemoteHub
+from heterofold_hub.hub.base import AdapterHub, HubError, PublishedVersion, validate_repo_id, validate_version, version_key
+from heterofold_hub.hub.local import LocalHub
+from heterofold_hub.hub.remote import HF_ENDPOINT, RemoteHub
 
 __all__ = [
     "AdapterHub", "HubError", "LocalHub", "PublishedVersion", "RemoteHub", "get_hub", "validate_repo_id",

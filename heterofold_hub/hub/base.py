@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError
 
 _PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MAX_PART = 96

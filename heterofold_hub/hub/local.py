@@ -28,7 +28,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .base import (
+from heterofold_hub.hub.base import (
     AdapterHub,
     HubError,
     PublishedVersion,

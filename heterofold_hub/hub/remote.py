@@ -35,7 +35,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 
-from .base import (
+from heterofold_hub.hub.base import (
     AdapterHub,
     HubError,
     PublishedVersion,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import AdapterConfig, PairAdapter
+from heterofold_hub.methods.base import AdapterConfig, PairAdapter
 
 
 class AffineAdapter(PairAdapter):

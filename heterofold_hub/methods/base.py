@@ -1,7 +1,7 @@
 """The one base class every transfer method implements (kvpress style: one abstract method).
 
 A method maps *aligned, un-rotated* sender features to one receiver layer's keys and values. Token
-alignment, RoPE and cache assembly are shared (``heterofold_hub.transfer``), so a new method is one
+alignment, RoPE and cache assembly are shared (``heterofold_hub.transfer.reference``), so a new method is one
 folder with a config dataclass, a ``PairAdapter`` subclass and its ``fit``.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 import torch
 from torch import nn
 
-from ..errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError
 
 METHODS: dict[str, type["PairAdapter"]] = {}
 
@@ -53,7 +53,7 @@ class AdapterConfig:
     extra: dict = field(default_factory=dict)  # method-specific settings
     sender_revision: str | None = None
     receiver_revision: str | None = None
-    sender_tokenizer: str | None = None  # tokenizer fingerprints (heterofold_hub.fingerprint), "sha256:..."
+    sender_tokenizer: str | None = None  # tokenizer fingerprints (heterofold_hub.base_models.fingerprint), "sha256:..."
     receiver_tokenizer: str | None = None
     library_version: str | None = None
     training_args: dict = field(default_factory=dict)  # how it was fitted (hf-fold train arguments)
@@ -116,6 +116,11 @@ class MethodOptions:
         return asdict(self)
 
 
+def non_finite(named_tensors) -> list[str]:
+    """Names, from ``(name, tensor)`` pairs, of the floating-point tensors holding NaN or inf."""
+    return [name for name, t in named_tensors if t.is_floating_point() and not torch.isfinite(t).all()]
+
+
 class PairAdapter(nn.Module, ABC):
     """Maps one (sender, receiver) pair's aligned sender features to receiver K/V."""
 
@@ -127,14 +132,14 @@ class PairAdapter(nn.Module, ABC):
 
     def save_pretrained(self, folder) -> "Path":
         """Write ``adapter_config.json`` and ``adapter.safetensors`` (never base-model weights)."""
-        from ..saving import save_adapter
+        from heterofold_hub.hub.package import save_adapter
 
         return save_adapter(self, folder)
 
     @classmethod
     def from_pretrained(cls, folder) -> "PairAdapter":
         """The adapter saved in ``folder`` (any registered method; pickle-free)."""
-        from ..saving import load_adapter
+        from heterofold_hub.hub.package import load_adapter
 
         return load_adapter(folder)
 
@@ -145,6 +150,11 @@ class PairAdapter(nn.Module, ABC):
         ``keys``/``values``: ``[batch, seq, in_features]`` (sender features of ``layer_sources[layer]``,
         heads flattened, keys un-rotated); returns two ``[batch, seq, receiver kv_heads * head_dim]``.
         """
+
+    def non_finite(self) -> list[str]:
+        """Names of the floating-point tensors (parameters and buffers) that hold NaN or inf: the one check every
+        fit, training step and save runs before trusting the weights."""
+        return non_finite(self.state_dict(keep_vars=True).items())
 
     def affine_maps(self, layer: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
         """Layer ``layer``'s map as ``((k_weight, k_bias), (v_weight, v_bias))`` (weights ``[in, out]``, biases

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ...errors import HeteroFoldError, IntegrityError
-from ..affine import AffineAdapter
-from ..base import AdapterConfig, PairAdapter, register_method
+from heterofold_hub.errors import HeteroFoldError, IntegrityError
+from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods.base import AdapterConfig, PairAdapter, register_method
 
 ROLES = ("sender->pivot", "pivot->receiver")
 PARENT_FIELDS = ("role", "repo_id", "version", "method", "sender", "receiver", "weights_sha256", "data")
@@ -42,7 +42,7 @@ class Parent:
 
     @classmethod
     def of(cls, role: str, adapter: PairAdapter, *, repo_id: str | None = None, version: str | None = None) -> "Parent":
-        from ...saving import adapter_bytes, sha256_bytes
+        from heterofold_hub.hub.package import adapter_bytes, sha256_bytes
 
         c = adapter.config
         return cls(role, repo_id, version, c.method, c.sender, c.receiver, sha256_bytes(adapter_bytes(adapter)),

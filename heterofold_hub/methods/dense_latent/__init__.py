@@ -13,10 +13,10 @@ import torch
 from rich.progress import Progress
 from torch import nn
 
-from ...alignment import layers_by_depth, source_candidates
-from ...errors import TrainingError
-from ..affine import config_for
-from ..base import MethodOptions, PairAdapter, register_method
+from heterofold_hub.transfer.alignment import layers_by_depth, source_candidates
+from heterofold_hub.errors import TrainingError
+from heterofold_hub.methods.affine import config_for
+from heterofold_hub.methods.base import MethodOptions, PairAdapter, non_finite, register_method
 
 
 @dataclass
@@ -97,7 +97,7 @@ class DenseLatentAdapter(PairAdapter):
                 _descend(optimizer, loss, adapter, phase="MSE", step=step, lr=lr)
                 bar.advance(task)
             if batches and receiver is not None and nll_steps:
-                from ...forward import transferred_logits  # late import: forward imports methods
+                from heterofold_hub.transfer.forward import transferred_logits  # late import: forward imports methods
 
                 task = bar.add_task("dense-latent: receiver NLL", total=nll_steps)
                 for step in range(nll_steps):
@@ -115,7 +115,7 @@ def _descend(optimizer, loss: torch.Tensor, adapter: nn.Module, *, phase: str, s
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        broken = [name for name, p in adapter.named_parameters() if not torch.isfinite(p).all()]
+        broken = non_finite(adapter.named_parameters())
         if not broken:
             return
         what = f"left NaN/inf in the weights {broken[:3]}"

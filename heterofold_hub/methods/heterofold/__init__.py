@@ -5,9 +5,9 @@ the same. Calibration is training, and training lives in ``trainers/`` (Lightnin
 and never the other way round: ``hf-fold train`` fits it (``trainers.calibrate.calibrate``).
 """
 
-from ...errors import HeteroFoldError
-from ..affine import AffineAdapter
-from ..base import register_method
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods.base import register_method
 
 
 @register_method("heterofold")

@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ...alignment import source_candidates
-from ...stats import r2, ridge
-from ..affine import AffineAdapter, fit_affine
-from ..base import MethodOptions, register_method
+from heterofold_hub.transfer.alignment import source_candidates
+from heterofold_hub.methods.stats import r2, ridge
+from heterofold_hub.methods.affine import AffineAdapter, fit_affine
+from heterofold_hub.methods.base import MethodOptions, register_method
 
 
 def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096,

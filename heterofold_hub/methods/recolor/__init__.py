@@ -2,12 +2,12 @@
 
 from dataclasses import dataclass
 
-from ...alignment import SENDER_LAYERS, layers_by_depth, source_candidates
-from ...errors import HeteroFoldError
-from ...stats import moment_match, ridge_recolor
-from ..affine import AffineAdapter, fit_affine
-from ..base import MethodOptions, register_method
-from ..kv_ridge import best_correlated_layers
+from heterofold_hub.transfer.alignment import SENDER_LAYERS, layers_by_depth, source_candidates
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.methods.stats import moment_match, ridge_recolor
+from heterofold_hub.methods.affine import AffineAdapter, fit_affine
+from heterofold_hub.methods.base import MethodOptions, register_method
+from heterofold_hub.methods.kv_ridge import best_correlated_layers
 
 BASES = ("features", "ridge")
 LAYER_CHOICES = ("depth", "correlated")

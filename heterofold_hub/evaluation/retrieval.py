@@ -37,13 +37,13 @@ from dataclasses import dataclass
 import torch
 from rich.progress import Progress
 
-from .errors import HeteroFoldError
-from .kvcache import build_cache, cache_layers
-from .methods.base import PairAdapter
-from .models import Side
-from .pipeline import TransferPipeline, TransferResult, native_prefill
-from .windows import sender_prefill
-from .zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import build_cache, cache_layers
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
+from heterofold_hub.data.windows import sender_prefill
+from heterofold_hub.zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
 
 # Facts per document: training documents had 4 to 8; at most 6 keeps the facts block within about the first
 # quarter of a 512-token prompt (a third at worst) on the demo receiver.

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from rich.progress import Progress
 
-from .forward import native_logits, no_context_logits, transferred_logits
-from .methods.base import PairAdapter
-from .models import Side
-from .windows import Window, prepare_batch
+from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.data.windows import Window, prepare_batch
 
 REFERENCE_METHODS = ("native", "no-context")
 

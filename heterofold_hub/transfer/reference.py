@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .alignment import TokenAlignment
-from .arch import Rope
-from .kvcache import LayerKV, truncated_sender_layer
-from .methods.base import PairAdapter
+from heterofold_hub.transfer.alignment import TokenAlignment
+from heterofold_hub.base_models.arch import Rope
+from heterofold_hub.transfer.kvcache import LayerKV, truncated_sender_layer
+from heterofold_hub.methods.base import PairAdapter
 
 Features = list[tuple[torch.Tensor, torch.Tensor] | None]  # per sender layer: [B, Tr, kv_heads*head_dim] x2
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from .arch import KVSpec, Rope, kv_spec
-from .errors import AlignmentError, HeteroFoldError
-from .sources import PACKAGED, is_gguf, local_gguf, revision_of
-from .zoo import DEMO_MODELS, resolve_demo
+from heterofold_hub.base_models.arch import KVSpec, Rope, kv_spec
+from heterofold_hub.errors import AlignmentError, HeteroFoldError
+from heterofold_hub.base_models.gguf import PACKAGED, is_gguf, local_gguf, revision_of
+from heterofold_hub.zoo import DEMO_MODELS, resolve_demo
 
 
 def resolve(name_or_path: str) -> str:

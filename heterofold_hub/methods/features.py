@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from rich.progress import Progress
 
-from .arch import KVSpec
-from .kvcache import cache_layers, full_cache
-from .models import Side, cache_only
-from .transfer import receiver_targets
-from .windows import Batch, Window, prepare_batch
+from heterofold_hub.base_models.arch import KVSpec
+from heterofold_hub.transfer.kvcache import cache_layers, full_cache
+from heterofold_hub.base_models.loading import Side, cache_only
+from heterofold_hub.transfer.reference import receiver_targets
+from heterofold_hub.data.windows import Batch, Window, prepare_batch
 
 
 @dataclass

@@ -11,10 +11,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
-from .errors import HeteroFoldError, IntegrityError, PairMismatchError
-from .io import write_bytes_atomic, write_json_atomic
-from .methods import get_method
-from .methods.base import AdapterConfig, PairAdapter
+from heterofold_hub.errors import HeteroFoldError, IntegrityError, PairMismatchError
+from heterofold_hub.io import write_bytes_atomic, write_json_atomic
+from heterofold_hub.methods import get_method
+from heterofold_hub.methods.base import AdapterConfig, PairAdapter, non_finite
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter.safetensors"
@@ -33,7 +33,7 @@ def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
     write is atomic; a save interrupted between the two leaves a config whose hash refuses the new weights."""
     folder = Path(folder)
     tensors = _tensors(adapter)
-    broken = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    broken = non_finite(tensors.items())
     if broken:
         raise IntegrityError(f"Not saving the adapter to {folder}: tensor(s) {broken} hold NaN or inf values, so "
                              "every transfer would be garbage (did training diverge?). Lower the learning rate and "
@@ -147,7 +147,7 @@ def check_tensors(path: Path, state: dict, expected: dict, config: AdapterConfig
 def check_pair(adapter: PairAdapter, sender, receiver, *, source: str | Path) -> None:
     """Refuse an adapter fitted for another pair: KV dims and (when recorded) tokenizer fingerprints
     must match the models actually loaded. ``sender``/``receiver`` are ``Side``s."""
-    from .fingerprint import tokenizer_fingerprint
+    from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
 
     problems = []
     for role, side in (("sender", sender), ("receiver", receiver)):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .calibration import collect
-from .errors import HeteroFoldError
-from .methods import get_method
-from .methods.base import PairAdapter
-from .models import Side
-from .windows import Window, prepare_batch
+from heterofold_hub.methods.features import collect
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.methods import get_method
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.data.windows import Window, prepare_batch
 
 CLOSED_FORM = ("recolor", "kv-ridge")
 

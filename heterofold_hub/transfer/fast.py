@@ -4,13 +4,13 @@ Per receiver layer and chunk of rows, every source sender layer's keys (un-rotat
 token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
 ``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
 rounding), and the keys are re-rotated in place there. On CPU in float32 the gathers and turns run in one
-pass each through a small C kernel (:mod:`heterofold_hub.kernels`); elsewhere through torch ops
+pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`); elsewhere through torch ops
 (``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are stored token-major
 (``[B, Tr, Hr, Dr]`` memory handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value
 states), so no transpose is copied. No Python loop runs over tokens or heads, RoPE tables and row indices come
-precomputed from the :class:`~heterofold_hub.plan.TransferPlan`, and scratch is sized per chunk and reused,
+precomputed from the :class:`~heterofold_hub.transfer.plan.TransferPlan`, and scratch is sized per chunk and reused,
 so peak extra memory stays about one receiver layer whatever the context length. The reference path
-(``heterofold_hub.transfer``, which keeps gradients for training) gives the same cache to float rounding; a
+(``heterofold_hub.transfer.reference``, which keeps gradients for training) gives the same cache to float rounding; a
 test holds them together, with and without the kernel.
 """
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import kernels
-from .arch import KVSpec
-from .errors import HeteroFoldError, PairMismatchError
-from .kvcache import LayerKV, build_cache, truncated_sender_layer
-from .methods.base import PairAdapter
-from .plan import TransferPlan, Turn
+from heterofold_hub.transfer import kernels
+from heterofold_hub.base_models.arch import KVSpec
+from heterofold_hub.errors import HeteroFoldError, PairMismatchError
+from heterofold_hub.transfer.kvcache import LayerKV, build_cache, truncated_sender_layer
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.transfer.plan import TransferPlan, Turn
 
 MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes

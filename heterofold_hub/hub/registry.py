@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import HeteroFoldError
-from .hub.base import HubError, next_patch, validate_repo_id, validate_version, version_key
-from .io import write_json_atomic
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.hub.base import HubError, next_patch, validate_repo_id, validate_version, version_key
+from heterofold_hub.io import write_json_atomic
 
 SCHEMA_VERSION = 1
 READABLE_SCHEMAS = (1,)
@@ -425,7 +425,7 @@ def _newest(entry: AdapterEntry) -> VersionEntry | None:
 
 def default_registry_path() -> Path:
     """``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root."""
-    return Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[1] / "registry.json")
+    return Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[2] / "registry.json")
 
 
 def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = False) -> Registry:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..hub.local import default_root
+from heterofold_hub.hub.local import default_root
 
 SOURCE = Path(__file__).with_name("gather_turn.c")
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
@@ -43,7 +43,7 @@ class Kernels:
     def gather_turn(self, source: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, turn=None) -> None:
         """``out[r, h] = turn(source[rows[r * H + h]])``. ``source`` ``[R, D]`` contiguous; ``rows`` ``[n * H]``
         int64, each in ``[0, R)`` (the caller guarantees it: the kernel does not check); ``out`` ``[n, H, D]``
-        with contiguous heads, any row stride; ``turn`` a :class:`~heterofold_hub.plan.Turn` at these rows
+        with contiguous heads, any row stride; ``turn`` a :class:`~heterofold_hub.transfer.plan.Turn` at these rows
         (tables ``[n, 1, D]``), or None to copy."""
         n, heads, dim = out.shape
         _require(source.dtype == torch.float32 and source.device.type == "cpu" and source.is_contiguous()

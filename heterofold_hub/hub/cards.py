@@ -15,9 +15,9 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from .errors import HeteroFoldError
-from .io import write_bytes_atomic
-from .saving import CONFIG_NAME, METRICS_NAME
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.io import write_bytes_atomic
+from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME
 
 TEMPLATE_NAME = "adapter_card.md.j2"
 CARD_NAME = "README.md"
@@ -27,8 +27,8 @@ HIDDEN_ARGS = ("out", "sender", "receiver")  # local output path; the pair has i
 
 def template_path() -> Path:
     """The card template: ``heterofold_hub/templates/`` (an installed wheel) or the repo's ``cards/`` folder."""
-    here = Path(__file__).resolve().parent
-    candidates = (here / "templates" / TEMPLATE_NAME, here.parent / "cards" / TEMPLATE_NAME)
+    package = Path(__file__).resolve().parents[1]  # heterofold_hub/
+    candidates = (package / "templates" / TEMPLATE_NAME, package.parent / "cards" / TEMPLATE_NAME)
     for path in candidates:
         if path.is_file():
             return path
@@ -72,9 +72,9 @@ def _environment(template_dir: Path) -> jinja2.Environment:
 
 
 def base_model_terms(config: dict) -> list[dict]:
-    """The terms of the pair's packaged base models (``heterofold_hub.sources``): an adapter fitted on a model's
+    """The terms of the pair's packaged base models (``heterofold_hub.base_models.gguf``): an adapter fitted on a model's
     weights is derived from it, so its card states them (Gemma 3: the Gemma Terms of Use)."""
-    from .sources import PACKAGED
+    from heterofold_hub.base_models.gguf import PACKAGED
 
     return [{"model": config[who], "title": PACKAGED[config[who]].title, "terms": PACKAGED[config[who]].licence,
              "license": PACKAGED[config[who]].card_license} for who in ("sender", "receiver") if config[who] in PACKAGED]

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .errors import HeteroFoldError, PairMismatchError
-from .kvcache import cache_layers, check_cache
-from .methods.base import PairAdapter
-from .models import Side, cache_only, encode
-from .plan import TransferPlan, build_plan
-from .streaming import LayerStream, map_cache
+from heterofold_hub.errors import HeteroFoldError, PairMismatchError
+from heterofold_hub.transfer.kvcache import cache_layers, check_cache
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.transfer.plan import TransferPlan, build_plan
+from heterofold_hub.transfer.fast import LayerStream, map_cache
 
 
 @dataclass

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from .kvcache import build_cache
-from .methods.base import PairAdapter
-from .models import Side, keep_logits
-from .transfer import assemble, native_prefix_kv
-from .windows import Batch
+from heterofold_hub.transfer.kvcache import build_cache
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side, keep_logits
+from heterofold_hub.transfer.reference import assemble, native_prefix_kv
+from heterofold_hub.data.windows import Batch
 
 
 def native_logits(receiver: Side, batch: Batch) -> torch.Tensor:

@@ -8,13 +8,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import HeteroFoldError, IntegrityError
-from .fingerprint import tokenizer_fingerprint
-from .hub import AdapterHub, HubError, LocalHub, get_hub
-from .methods.base import PairAdapter
-from .models import Side
-from .registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
-from .saving import check_pair, load_adapter
+from heterofold_hub.errors import HeteroFoldError, IntegrityError
+from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
+from heterofold_hub.hub import AdapterHub, HubError, LocalHub, get_hub
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
+from heterofold_hub.hub.package import check_pair, load_adapter
 
 EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
 logger = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
     each parent's weights equals the registry's hash of that version's ``adapter.safetensors``."""
     if adapter.config.method != "composed":
         return
-    from .saving import WEIGHTS_NAME
+    from heterofold_hub.hub.package import WEIGHTS_NAME
 
     versions = {(e.repo_id, v.version): v for e in registry.entries() for v in e.versions}
     for parent in adapter.parents:
@@ -179,9 +179,9 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
     """Compose the best registered path sender -> P -> receiver (``pivot`` "auto" or P's id): both legs are fetched
     and checked like any adapter, then folded into one affine map per receiver layer. ``min_recovered`` applies to
     the path's estimate (the product of the legs' recorded recovered)."""
-    from .methods import METHODS
-    from .methods.affine import AffineAdapter
-    from .methods.composed import compose
+    from heterofold_hub.methods import METHODS
+    from heterofold_hub.methods.affine import AffineAdapter
+    from heterofold_hub.methods.composed import compose
 
     registry = open_registry(registry)
     affine = {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}

@@ -15,7 +15,7 @@ import inspect
 import torch
 from torch import nn
 
-from .errors import UnsupportedArchitectureError
+from heterofold_hub.errors import UnsupportedArchitectureError
 
 # model_type -> how its attention stores keys. Every entry is covered by the architecture test matrix;
 # an architecture that is not listed is refused rather than mapped with a guessed layout.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import AlignmentError, HeteroFoldError
+from heterofold_hub.errors import AlignmentError, HeteroFoldError
 
 
 def char_owner(sender_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:

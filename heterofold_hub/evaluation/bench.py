@@ -22,13 +22,13 @@ import time
 
 import torch
 
-from .errors import HeteroFoldError
-from .kvcache import full_cache
-from .memory import peak_extra_bytes
-from .methods.base import PairAdapter
-from .models import Side, cache_only, encode
-from .pipeline import TransferPipeline
-from .plan import build_plan
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import full_cache
+from heterofold_hub.evaluation.memory import peak_extra_bytes
+from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.transfer.pipeline import TransferPipeline
+from heterofold_hub.transfer.plan import build_plan
 
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:

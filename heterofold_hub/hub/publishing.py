@@ -21,13 +21,13 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from .cards import card_summary, render_card
-from .errors import HeteroFoldError
-from .hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
-from .io import locked
-from .registry import PairEnd, Registry, RegistryError, open_registry
-from .resolve import EMBEDDED_HUB_DIR, sha256_file
-from .saving import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter
+from heterofold_hub.hub.cards import card_summary, render_card
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
+from heterofold_hub.io import locked
+from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, open_registry
+from heterofold_hub.hub.resolve import EMBEDDED_HUB_DIR, sha256_file
+from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter
 
 FAULT_ENV = "HF_FOLD_FAULT"  # see the module docstring
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots

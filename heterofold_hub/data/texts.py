@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from .errors import HeteroFoldError
-from .zoo.corpus import SPLITS, load_corpus
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.zoo.corpus import SPLITS, load_corpus
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".rs", ".go", ".java"}
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .alignment import TokenAlignment, align_batch
-from .errors import HeteroFoldError
-from .kvcache import LayerKV
-from .models import Side, encode
-from .transfer import native_prefix_kv
+from heterofold_hub.transfer.alignment import TokenAlignment, align_batch
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import LayerKV
+from heterofold_hub.base_models.loading import Side, encode
+from heterofold_hub.transfer.reference import native_prefix_kv
 
 
 

@@ -6,8 +6,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
-from .arch import KVSpec
-from .errors import PairMismatchError
+from heterofold_hub.base_models.arch import KVSpec
+from heterofold_hub.errors import PairMismatchError
 
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [batch, kv_heads, seq, head_dim]
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .alignment import TokenAlignment, align_batch
-from .errors import HeteroFoldError
-from .kvcache import cache_layers, full_cache
-from .models import Side, cache_only, encode
-from .transfer import Features, sender_features
+from heterofold_hub.transfer.alignment import TokenAlignment, align_batch
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import cache_layers, full_cache
+from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.transfer.reference import Features, sender_features
 
 
 @dataclass
