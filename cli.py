@@ -10,8 +10,15 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from heterofold_hub.commands.bench import DEFAULT_CONTEXTS, BenchArgs
+from heterofold_hub.commands.compose import ComposeArgs
+from heterofold_hub.commands.evaluate import DEFAULT_METHODS, EvalArgs
+from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
+from trainers.train import TrainArgs
+
+# Every default lives in its command's arguments dataclass (EvalArgs, TrainArgs, ...); the options below read them.
 
 app = typer.Typer(help="Share KV caches between LLMs of different families.", no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -20,11 +27,11 @@ DEBUG = {"on": False}
 # Options that mean the same in every command (typer lets one OptionInfo serve several commands).
 SENDER = typer.Option(DEMO_PAIR[0], help="Sender model id or local folder.")
 RECEIVER = typer.Option(DEMO_PAIR[1], help="Receiver model id or local folder.")
-CONTEXT_TOKENS = typer.Option(512, help="Receiver tokens of context per window.")
-CONTINUATION_TOKENS = typer.Option(64, help="Receiver tokens scored after the context.")
+CONTEXT_TOKENS = typer.Option(EvalArgs.context_tokens, help="Receiver tokens of context per window.")
+CONTINUATION_TOKENS = typer.Option(EvalArgs.continuation_tokens, help="Receiver tokens scored after the context.")
 JSON_OUT = typer.Option(False, "--json", help="Print the registry records as JSON.")
-BATCH_SIZE = typer.Option(8, help="Windows per forward pass / optimizer step.")
-SEED = typer.Option(0, help="Seed: same seed, same result (on CPU).")
+BATCH_SIZE = typer.Option(EvalArgs.batch_size, help="Windows per forward pass.")
+SEED = typer.Option(EvalArgs.seed, help="Seed: same seed, same result (on CPU).")
 PIVOT = typer.Option(None, "--pivot", help="auto | a model id: where no direct adapter is registered, compose "
                      "registered adapters sender -> pivot -> receiver (auto: the best recorded path).")
 
@@ -51,17 +58,17 @@ def eval_command(
     receiver: str = RECEIVER,
     task: str = typer.Option("fidelity", help="fidelity: continuation NLL/KL/top-1 against native prefill | "
                              "retrieval: exact-match answers to a question about facts early in a long context."),
-    methods: str = typer.Option("recolor,kv-ridge,dense-latent", help="Comma-separated transfer methods to fit and score."),
-    data: str = typer.Option("bundled:unseen", help="Held-out text: bundled:<split> (unseen: third-party code and prose no "
+    methods: str = typer.Option(",".join(DEFAULT_METHODS), help="Comma-separated transfer methods to fit and score."),
+    data: str = typer.Option(EvalArgs.data, help="Held-out text: bundled:<split> (unseen: third-party code and prose no "
                              "fit saw), a file, a folder or a JSONL file; retrieval cuts its filler from it."),
-    calib_data: str = typer.Option("bundled:calib", help="Calibration text the methods are fitted on."),
+    calib_data: str = typer.Option(EvalArgs.calib_data, help="Calibration text the methods are fitted on."),
     context_tokens: int = CONTEXT_TOKENS,
     continuation_tokens: int = CONTINUATION_TOKENS,
-    windows: Optional[int] = typer.Option(None, help="Held-out windows to score (fidelity; default 96)."),
-    calib_windows: int = typer.Option(64, help="Calibration windows to fit on."),
+    windows: Optional[int] = typer.Option(None, help=f"Held-out windows to score (fidelity; default {EvalArgs.windows})."),
+    calib_windows: int = typer.Option(EvalArgs.calib_windows, help="Calibration windows to fit on."),
     lengths: Optional[str] = typer.Option(None, help="Retrieval: comma-separated prompt lengths in receiver tokens "
-                                          "(default 512,768,1024; the demo models were trained on 1024-token sequences)."),
-    docs: Optional[int] = typer.Option(None, help="Retrieval: documents (questions) per length (default 48)."),
+                                          f"(default {DEFAULT_LENGTHS}; the demo models were trained on 1024-token sequences)."),
+    docs: Optional[int] = typer.Option(None, help=f"Retrieval: documents (questions) per length (default {RetrievalArgs.docs})."),
     batch_size: int = BATCH_SIZE,
     seed: int = SEED,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON here."),
@@ -90,26 +97,24 @@ def eval_command(
     tasks = ("fidelity", "retrieval")
     if task not in tasks:
         raise HeteroFoldError(f"--task: unknown {task!r}; choose from {', '.join(tasks)}")
-    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    common = dict(sender=sender, receiver=receiver, methods=[m.strip() for m in methods.split(",") if m.strip()],
+                  data=data, calib_data=calib_data, context_tokens=context_tokens,
+                  continuation_tokens=continuation_tokens, calib_windows=calib_windows, batch_size=batch_size,
+                  seed=seed, json_path=json_path, adapters=adapter, registered=registered, pivot=pivot)
     if task == "fidelity":
         given = [flag for flag, value in (("--lengths", lengths), ("--docs", docs), ("--plot", plot_path)) if value is not None]
         if given:
             raise HeteroFoldError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
-        from heterofold_hub.commands.evaluate import EvalArgs, run_eval
+        from heterofold_hub.commands.evaluate import run_eval
 
-        args = EvalArgs(sender, receiver, method_list, data, calib_data, context_tokens, continuation_tokens,
-                        96 if windows is None else windows, calib_windows, batch_size, seed, json_path, adapter, registered,
-                        pivot)
-        run_eval(args, console)
+        run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows), console)
         return
     if windows is not None:
         raise HeteroFoldError("--windows only applies to --task fidelity; retrieval takes --lengths and --docs")
-    from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs, parse_lengths, run_retrieval
+    from heterofold_hub.commands.retrieval import parse_lengths, run_retrieval
 
-    args = RetrievalArgs(sender, receiver, method_list, data, calib_data,
-                         parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths), 48 if docs is None else docs,
-                         context_tokens, continuation_tokens, calib_windows, batch_size, seed, json_path, plot_path,
-                         adapter, registered, pivot)
+    args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
+                         docs=RetrievalArgs.docs if docs is None else docs)
     run_retrieval(args, console)
 
 
@@ -117,30 +122,30 @@ def eval_command(
 def train_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
-    data: str = typer.Option("bundled:train-natural", help="Training text: bundled:<split>, a text file, a folder or a "
+    data: str = typer.Option(TrainArgs.data, help="Training text: bundled:<split>, a text file, a folder or a "
                              "JSONL file ('text'). Default: the standard library's files (no synthetic documents)."),
-    heldout: str = typer.Option("bundled:unseen", help="Held-out text for the final fidelity table (never trained on)."),
-    out: Path = typer.Option(Path("runs/adapter"), help="Output folder: the adapter package."),
-    method: str = typer.Option("heterofold", help="heterofold | kv-ridge | dense-latent."),
-    max_steps: int = typer.Option(250, help="Optimizer steps of calibration."),
-    context_tokens: int = CONTEXT_TOKENS,
-    continuation_tokens: int = CONTINUATION_TOKENS,
-    windows: int = typer.Option(160, help="Training windows cut from --data."),
-    calib_windows: int = typer.Option(64, help="Of those, the windows whose statistics fit the starting map."),
-    eval_windows: int = typer.Option(96, help="Held-out windows for the final table."),
+    heldout: str = typer.Option(TrainArgs.heldout, help="Held-out text for the final fidelity table (never trained on)."),
+    out: Path = typer.Option(TrainArgs.out, help="Output folder: the adapter package."),
+    method: str = typer.Option(TrainArgs.method, help="heterofold | kv-ridge | dense-latent."),
+    max_steps: int = typer.Option(TrainArgs.max_steps, help="Optimizer steps of calibration."),
+    context_tokens: int = typer.Option(TrainArgs.context_tokens, help="Receiver tokens of context per window."),
+    continuation_tokens: int = typer.Option(TrainArgs.continuation_tokens, help="Receiver tokens scored after the context."),
+    windows: int = typer.Option(TrainArgs.windows, help="Training windows cut from --data."),
+    calib_windows: int = typer.Option(TrainArgs.calib_windows, help="Of those, the windows whose statistics fit the starting map."),
+    eval_windows: int = typer.Option(TrainArgs.eval_windows, help="Held-out windows for the final table."),
     lr: Optional[float] = typer.Option(None, help="Peak learning rate (default: the method's own; heterofold 3e-4, "
                                        "dense-latent 2e-3)."),
-    lora_rank: int = typer.Option(0, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
-    batch_size: int = typer.Option(2, help="Windows per optimizer step."),
-    accumulate: int = typer.Option(1, help="Gradient accumulation steps."),
-    precision: str = typer.Option("32-true", help="Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true."),
-    devices: str = typer.Option("1", help="Devices (a number or 'auto')."),
-    strategy: str = typer.Option("auto", help="auto | ddp | fsdp | ddp_spawn."),
-    seed: int = SEED,
-    resume: bool = typer.Option(False, help="Resume from the last checkpoint in OUT/checkpoints."),
-    sender_layers: str = typer.Option("all", help="Sender layers the maps read: all | full (only layers whose cache "
+    lora_rank: int = typer.Option(TrainArgs.lora_rank, help="LoRA rank of the corrections (PEFT); 0 trains full-rank corrections."),
+    batch_size: int = typer.Option(TrainArgs.batch_size, help="Windows per optimizer step."),
+    accumulate: int = typer.Option(TrainArgs.accumulate, help="Gradient accumulation steps."),
+    precision: str = typer.Option(TrainArgs.precision, help="Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true."),
+    devices: str = typer.Option(TrainArgs.devices, help="Devices (a number or 'auto')."),
+    strategy: str = typer.Option(TrainArgs.strategy, help="auto | ddp | fsdp | ddp_spawn."),
+    seed: int = typer.Option(TrainArgs.seed, help="Seed: same seed, same result (on CPU)."),
+    resume: bool = typer.Option(TrainArgs.resume, help="Resume from the last checkpoint in OUT/checkpoints."),
+    sender_layers: str = typer.Option(TrainArgs.sender_layers, help="Sender layers the maps read: all | full (only layers whose cache "
                                       "keeps every position, so a Gemma 3 sender's default cache can be mapped)."),
-    init: str = typer.Option("auto", help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
+    init: str = typer.Option(TrainArgs.init, help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
                              "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
                              "composed (two adapters through a pivot: --via or --init-adapter)."),
     max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
@@ -163,7 +168,7 @@ def train_command(
       hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
         --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp
     """
-    from trainers.train import TrainArgs, run_train
+    from trainers.train import run_train
 
     run_train(TrainArgs(sender=sender, receiver=receiver, data=data, heldout=heldout, out=out, method=method,
                         max_steps=max_steps, context_tokens=context_tokens, continuation_tokens=continuation_tokens,
@@ -181,11 +186,11 @@ def compose_command(
     out: Path = typer.Option(..., "--out", help="New folder for the composed adapter package."),
     first: Optional[Path] = typer.Option(None, "--first", help="Package A -> P to use (default: the registry's best)."),
     second: Optional[Path] = typer.Option(None, "--second", help="Package P -> B to use (default: the registry's best)."),
-    heldout: str = typer.Option("bundled:unseen", help="Held-out text the composed adapter is scored on (metrics.json)."),
-    eval_windows: int = typer.Option(48, help="Held-out windows to score; 0 skips scoring (then it cannot be pushed)."),
-    context_tokens: int = CONTEXT_TOKENS,
-    continuation_tokens: int = CONTINUATION_TOKENS,
-    batch_size: int = BATCH_SIZE,
+    heldout: str = typer.Option(ComposeArgs.heldout, help="Held-out text the composed adapter is scored on (metrics.json)."),
+    eval_windows: int = typer.Option(ComposeArgs.eval_windows, help="Held-out windows to score; 0 skips scoring (then it cannot be pushed)."),
+    context_tokens: int = typer.Option(ComposeArgs.context_tokens, help="Receiver tokens of context per window."),
+    continuation_tokens: int = typer.Option(ComposeArgs.continuation_tokens, help="Receiver tokens scored after the context."),
+    batch_size: int = typer.Option(ComposeArgs.batch_size, help="Windows per forward pass."),
     registry: Optional[Path] = typer.Option(None, "--registry", help="registry.json the legs are resolved from."),
     hub_dir: Optional[Path] = typer.Option(None, "--hub-dir", help="Local hub root / download cache."),
     token: Optional[str] = typer.Option(None, "--token", help="Token for a remote hub."),
@@ -198,7 +203,7 @@ def compose_command(
 
       hf-fold compose ./a ./b --via ./p --first runs/a2p --second runs/p2b --out runs/a2b --eval-windows 0
     """
-    from heterofold_hub.commands.compose import ComposeArgs, run_compose
+    from heterofold_hub.commands.compose import run_compose
 
     run_compose(ComposeArgs(sender=sender, receiver=receiver, via=via, out=out, first=first, second=second,
                             heldout=heldout, eval_windows=eval_windows, context_tokens=context_tokens,
@@ -210,13 +215,13 @@ def compose_command(
 def bench_command(
     sender: Optional[str] = typer.Option(None, help="Sender id or folder (default: the demo pair, both directions)."),
     receiver: Optional[str] = typer.Option(None, help="Receiver id or folder."),
-    contexts: str = typer.Option("256,512,1024,2048,4096", help="Context lengths in receiver tokens, comma-separated."),
-    repeats: int = typer.Option(5, help="Timed repeats per figure (the median is reported), after one warm-up."),
-    data: str = typer.Option("bundled:heldout", help="Text the contexts are cut from."),
+    contexts: str = typer.Option(DEFAULT_CONTEXTS, help="Context lengths in receiver tokens, comma-separated."),
+    repeats: int = typer.Option(BenchArgs.repeats, help="Timed repeats per figure (the median is reported), after one warm-up."),
+    data: str = typer.Option(BenchArgs.data, help="Text the contexts are cut from."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the timings as JSON here."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (time vs context, log scale) here."),
-    device: str = typer.Option("auto", help="auto (cuda when there is one), cpu, cuda or cuda:N."),
-    dtype: str = typer.Option("float32", help="Model and cache dtype: float32, bfloat16 or float16."),
+    device: str = typer.Option(BenchArgs.device, help="auto (cuda when there is one), cpu, cuda or cuda:N."),
+    dtype: str = typer.Option(BenchArgs.dtype, help="Model and cache dtype: float32, bfloat16 or float16."),
     pivot: Optional[str] = PIVOT,
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
@@ -231,10 +236,11 @@ def bench_command(
 
       hf-fold bench --device cuda --dtype bfloat16 --contexts 512,2048,4096
     """
-    from heterofold_hub.commands.bench import BenchArgs, parse_contexts, run_bench_command
+    from heterofold_hub.commands.bench import parse_contexts, run_bench_command
 
-    run_bench_command(BenchArgs(sender, receiver, parse_contexts(contexts), repeats, data, json_path, plot_path,
-                                device, dtype, pivot), console)
+    run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
+                                data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
+                                pivot=pivot), console)
 
 
 # Options shared by the hub commands.

@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="256,512,1024,2048,4096")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
-    run_bench_command(BenchArgs(None, None, parse_contexts(args.contexts), args.repeats,
+    run_bench_command(BenchArgs(contexts=parse_contexts(args.contexts), repeats=args.repeats,
                                 json_path=OUT / "bench.json", plot_path=OUT / "bench.png"), Console())
 
 

@@ -97,7 +97,7 @@ def test_an_update_that_leaves_nan_weights_stops_before_they_are_checkpointed(se
 
 def test_an_lr_that_overflows_float32_is_refused_before_loading(tmp_path):
     with pytest.raises(HeteroFoldError, match=r"--lr: 1e\+39 is too large \(at most 1e\+37\)"):
-        TrainArgs("a", "b", out=tmp_path, lr=1e39).validate()
+        TrainArgs(sender="a", receiver="b", out=tmp_path, lr=1e39).validate()
 
 
 class Allocate(Callback):

@@ -16,8 +16,10 @@ STRATEGIES = ("auto", "ddp", "fsdp", "ddp_spawn")
 MAX_LR = 1e37  # AdamW's first step is lr / (1 - beta1) = 10 lr, which must stay below float32's 3.4e38
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainArgs:
+    """``hf-fold train``'s arguments; the defaults here are the command line's."""
+
     sender: str
     receiver: str
     data: str = "bundled:train-natural"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -14,14 +14,17 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
 
 METHODS = ("heterofold", "kv-ridge", "dense-latent")
+DEFAULT_CONTEXTS = "256,512,1024,2048,4096"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BenchArgs:
-    sender: str | None  # None: the demo pair, both directions
-    receiver: str | None
-    contexts: list[int]
+    """``hf-fold bench``'s arguments; the defaults here are the command line's."""
+
+    sender: str | None = None  # None: the demo pair, both directions
+    receiver: str | None = None
+    contexts: list[int] = field(default_factory=lambda: parse_contexts(DEFAULT_CONTEXTS))
     repeats: int = 5
     data: str = "bundled:heldout"
     json_path: Path | None = None

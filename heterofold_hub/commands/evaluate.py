@@ -10,22 +10,27 @@ from rich.table import Table
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods import METHODS
+from heterofold_hub.zoo import DEMO_PAIR
+
+DEFAULT_METHODS = ("recolor", "kv-ridge", "dense-latent")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalArgs:
-    sender: str
-    receiver: str
-    methods: list[str]
-    data: str
-    calib_data: str
-    context_tokens: int
-    continuation_tokens: int
-    windows: int
-    calib_windows: int
-    batch_size: int
-    seed: int
-    json_path: Path | None
+    """``hf-fold eval --task fidelity``'s arguments; the defaults here are the command line's."""
+
+    sender: str = DEMO_PAIR[0]
+    receiver: str = DEMO_PAIR[1]
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    data: str = "bundled:unseen"
+    calib_data: str = "bundled:calib"
+    context_tokens: int = 512
+    continuation_tokens: int = 64
+    windows: int = 96
+    calib_windows: int = 64
+    batch_size: int = 8
+    seed: int = 0
+    json_path: Path | None = None
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path

@@ -9,7 +9,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from heterofold_hub.commands.evaluate import DEFAULT_METHODS
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.zoo import DEMO_PAIR
 
 MIN_LENGTH = 256  # the longest facts block plus a question takes about 170 receiver tokens on the demo models
 DEFAULT_LENGTHS = "512,768,1024"
@@ -28,20 +30,22 @@ def parse_lengths(value: str) -> list[int | str]:
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RetrievalArgs:
-    sender: str
-    receiver: str
-    methods: list[str]
-    data: str  # held-out text the filler comes from
-    calib_data: str  # text the methods are fitted on
-    lengths: list  # receiver tokens per prompt (ints once validated)
-    docs: int  # prompts per length
-    context_tokens: int  # calibration window sizes, as in `hf-fold eval`
-    continuation_tokens: int
-    calib_windows: int
-    batch_size: int
-    seed: int
+    """``hf-fold eval --task retrieval``'s arguments; the defaults here are the command line's."""
+
+    sender: str = DEMO_PAIR[0]
+    receiver: str = DEMO_PAIR[1]
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    data: str = "bundled:unseen"  # held-out text the filler comes from
+    calib_data: str = "bundled:calib"  # text the methods are fitted on
+    lengths: list = field(default_factory=lambda: parse_lengths(DEFAULT_LENGTHS))  # receiver tokens per prompt
+    docs: int = 48  # prompts per length
+    context_tokens: int = 512  # calibration window sizes, as in `hf-fold eval`
+    continuation_tokens: int = 64
+    calib_windows: int = 64
+    batch_size: int = 8
+    seed: int = 0
     json_path: Path | None = None
     plot_path: Path | None = None
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
