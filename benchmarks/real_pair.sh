@@ -45,7 +45,7 @@ case "${1:-}" in
     ;;
   long)
     # recolor is fitted here on the same training text; the trained adapters (those present) are scored beside it.
-    LONG="--context-tokens 2048 --windows 24 --methods recolor --calib-data bundled:train-natural"
+    LONG="--context-tokens 2048 --windows 16 --methods recolor --calib-data bundled:train-natural"
     adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
     $FOLD eval --sender $GEMMA --receiver $SMOL $LONG $(adapters runs/real/g2s runs/real/g2s-kv-ridge \
       runs/real/g2s-dense-latent) --json $OUT/fidelity-g2s-2048.json
@@ -58,8 +58,8 @@ case "${1:-}" in
       --json $OUT/retrieval-s2g.json --plot $OUT/retrieval-s2g.png
     ;;
   bench)
-    $FOLD bench --sender $SMOL --receiver $GEMMA --contexts 256,512,1024,2048,4096,8192 --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
-    $FOLD bench --sender $GEMMA --receiver $SMOL --contexts 256,512,1024,2048,4096,8192 --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
+    $FOLD bench --sender $SMOL --receiver $GEMMA --contexts 256,1024,2048,4096,8192 --repeats 2 --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
+    $FOLD bench --sender $GEMMA --receiver $SMOL --contexts 256,1024,2048,4096,8192 --repeats 2 --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
     ;;
   *)
     echo "usage: bash benchmarks/real_pair.sh train|baselines|long|retrieval|bench" >&2

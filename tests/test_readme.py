@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown
+from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown, merge_results
 
 from helpers import ROOT
 
@@ -19,10 +19,27 @@ def test_fidelity_results_are_committed():
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_readme_shows_each_committed_fidelity_result_exactly(path: Path):
+    """Its caption, then a table holding every row of it as generated (results scored on the same windows share
+    one table: merge_results)."""
     result = json.loads(path.read_text())
     readme = (ROOT / "README.md").read_text()
-    assert fidelity_caption(result) in readme, f"README lacks the caption of {path.name}"
-    assert fidelity_markdown(result) in readme, f"README's table for {path.name} differs from the JSON"
+    caption = fidelity_caption(result)
+    assert caption in readme, f"README lacks the caption of {path.name}"
+    tables = [part.split("\n\n", 2)[1] for part in readme.split(caption)[1:]]
+    rows = fidelity_markdown(result).splitlines()
+    assert any(all(row in table.splitlines() for row in rows) for table in tables), \
+        f"no README table under its caption holds {path.name}'s rows exactly"
+
+
+def test_merged_tables_refuse_results_from_other_windows():
+    native = {"recovered": 1.0, "recovered_se": 0.0, "kl": 0.0, "kl_se": 0.0, "top1": 1.0, "nll": 1.5, "nll_se": 0.2}
+    base = {"sender": "a", "receiver": "b", "windows": 4, "context_tokens": 8, "continuation_tokens": 2,
+            "benefit": 1.0, "benefit_se": 0.1, "methods": {"native": native}}
+    other = {**base, "methods": {"native": {**native, "nll": 1.6}, "x": native}}
+    with pytest.raises(ValueError, match="native differ"):
+        merge_results([base, other])
+    merged = merge_results([base, {**base, "methods": {"native": native, "x": native}}])
+    assert list(merged["methods"]) == ["native", "x"]
 
 
 def test_the_table_puts_references_first_and_rounds_as_shown():

@@ -29,11 +29,26 @@ def fidelity_caption(result: dict) -> str:
             f"context benefit {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token")
 
 
-def readme_section(paths: list[str | Path]) -> str:
-    """Caption and table of each committed result, in order, as the README shows them."""
+def merge_results(results: list[dict]) -> dict:
+    """One table from results scored on the same windows (e.g. one ``hf-fold train`` run per method): same pair,
+    window count and sizes, and identical native and no-context rows, or a ValueError naming what differs."""
+    first = results[0]
+    keys = ("sender", "receiver", "windows", "context_tokens", "continuation_tokens", "benefit", "benefit_se")
+    for other in results[1:]:
+        differs = [k for k in keys if other[k] != first[k]]
+        differs += [m for m in REFERENCES if other["methods"].get(m) != first["methods"].get(m)]
+        if differs:
+            raise ValueError(f"results were not scored on the same windows ({', '.join(differs)} differ); "
+                             "show them as separate tables")
+    methods = {name: row for result in results for name, row in result["methods"].items()}
+    return {**first, "methods": methods}
+
+
+def readme_section(groups: list[list[str | Path]]) -> str:
+    """Caption and table of each group of committed results (merged: same windows), as the README shows them."""
     parts = []
-    for path in paths:
-        result = json.loads(Path(path).read_text())
+    for paths in groups:
+        result = merge_results([json.loads(Path(path).read_text()) for path in paths])
         parts.append(f"{fidelity_caption(result)}\n\n{fidelity_markdown(result)}")
     return "\n\n".join(parts)
 
@@ -41,4 +56,5 @@ def readme_section(paths: list[str | Path]) -> str:
 if __name__ == "__main__":
     import sys
 
-    print(readme_section(sys.argv[1:]))
+    # python -m heterofold_hub.evaluation.reports a.json,b.json c.json: one table per argument (files joined by commas)
+    print(readme_section([arg.split(",") for arg in sys.argv[1:]]))
