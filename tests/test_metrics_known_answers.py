@@ -195,3 +195,19 @@ def test_retrieval_accuracy_binomial_se_kept_and_digits():
     assert table["m"]["1024"]["accuracy_se"] == pytest.approx(0.3535534, abs=1e-6)
     # "6789" vs "67890": the first 4 places match -> 4/5; mean over 2 docs = (1 + 0.8) / 2 = 0.9
     assert table["m"]["1024"]["digit_accuracy"] == pytest.approx(0.9, abs=TOL)
+
+
+def test_caveats_flag_an_unstable_benefit_and_recovered_above_one():
+    from heterofold_hub.evaluation.fidelity import caveats
+
+    row = lambda r, se, kl: {"recovered": r, "recovered_se": se, "kl": kl}
+    steady = {"benefit": 1.0, "benefit_se": 0.1, "methods": {"native": row(1, 0, 0), "a": row(0.7, 0.05, 0.3)}}
+    assert caveats(steady) == []
+    noisy = {**steady, "benefit": 0.05, "benefit_se": 0.04,
+             "methods": {**steady["methods"], "dense-latent": row(7.96, 2.0, 0.88)}}
+    notes = caveats(noisy)
+    assert len(notes) == 2
+    assert "0.050 ± 0.040 nats/token) is within two standard errors of zero" in notes[0]
+    assert notes[1].startswith("dense-latent: recovered 7.96 > 1 means a lower NLL") and "(0.880)" in notes[1]
+    within = {**steady, "methods": {"a": row(1.05, 0.04, 0.01)}}  # 1 is inside two standard errors: no note
+    assert caveats(within) == []

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.evaluation.fidelity import caveats
 from heterofold_hub.methods import METHODS
 from heterofold_hub.zoo import DEMO_PAIR
 
@@ -74,6 +75,8 @@ def results_table(result: dict) -> Table:
         table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
                       f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
     table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
+    for note in caveats(result):
+        table.caption += f"\n[yellow]note:[/] {note}"
     return table
 
 

@@ -89,3 +89,19 @@ def evaluate(
         "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
         "methods": summary,
     }
+
+
+def caveats(result: dict) -> list[str]:
+    """What a reader of ``result`` must know before comparing ``recovered``: it is a ratio to the context's
+    benefit, unstable when that benefit is within two standard errors of zero, and above 1 it means a lower NLL
+    than the receiver's own prefill (not a better transfer), which KL to native shows."""
+    notes = []
+    benefit, se = result["benefit"], result["benefit_se"]
+    if not benefit > 2 * se:
+        notes.append(f"the context's benefit ({benefit:.3f} ± {se:.3f} nats/token) is within two standard errors of "
+                     "zero, so recovered (a ratio to it) is unstable here: compare KL instead")
+    for name, row in result["methods"].items():
+        if name not in ("native", "no-context") and row["recovered"] > 1 + 2 * row["recovered_se"]:
+            notes.append(f"{name}: recovered {row['recovered']:.2f} > 1 means a lower NLL than the receiver's own "
+                         f"prefill, not a better transfer; its KL to native prefill ({row['kl']:.3f}) says how far it is")
+    return notes
