@@ -4,6 +4,7 @@
 # On 2 CPU cores: training about 30 minutes per direction, each evaluation 10 to 20 minutes.
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
+#   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long        # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
 #   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
@@ -29,6 +30,12 @@ case "${1:-}" in
     cp runs/real/s2g-natural/metrics.json $OUT/fidelity-s2g-512.json
     $FOLD push runs/real/s2g-natural --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.0.0 --hub-dir hub
     $FOLD push runs/real/g2s --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.0.0 --hub-dir hub
+    ;;
+  eval)
+    # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
+    # recolor and kv-ridge fitted on the training text (prints the tables; the committed figures come from below).
+    $FOLD eval --sender $SMOL --receiver $GEMMA --methods recolor,kv-ridge --calib-data bundled:train-natural --windows 48
+    $FOLD eval --sender $GEMMA --receiver $SMOL --methods recolor,kv-ridge --calib-data bundled:train-natural --windows 48
     ;;
   baselines)
     # Same training windows (the first 160 of bundled:train-natural), same held-out table as `train`. kv-ridge is
@@ -62,7 +69,7 @@ case "${1:-}" in
     $FOLD bench --sender $GEMMA --receiver $SMOL --contexts 256,1024,2048,4096,8192 --repeats 2 --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|baselines|long|retrieval|bench" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|eval|baselines|long|retrieval|bench" >&2
     exit 2
     ;;
 esac

@@ -95,3 +95,23 @@ print(model.resolved.repo_id, model.resolved.version, result.prefilled, "x".join
     assert repo_id == REAL_ADAPTERS[(sender, receiver)] and version.startswith("v") and prefilled == "False"
     assert shape == "1x5"
     assert layer == ("DynamicSlidingWindowLayer" if receiver == GEMMA else "DynamicLayer")
+
+
+def test_tiny_llama_reaches_gemma3_through_the_smollm2_pivot(gemma, long_text):
+    """No adapter maps tiny-llama-code into Gemma 3; the registry has tiny-llama-code -> SmolLM2 and SmolLM2 ->
+    Gemma 3, so pivot="auto" composes them into one map per Gemma 3 layer, and Gemma 3 generates from it."""
+    from heterofold_hub import HeteroFoldModel
+    from heterofold_hub.hub.registry import NoAdapterError
+
+    sender = "heterofold/tiny-llama-code"
+    with pytest.raises(NoAdapterError, match=f"a path exists via {SMOL}"):
+        HeteroFoldModel.from_pretrained(sender, gemma, local_files_only=True)
+    model = HeteroFoldModel.from_pretrained(sender, gemma, pivot="auto", local_files_only=True, load_sender=True)
+    assert model.resolved.path.pivot == SMOL and model.adapter.config.method == "composed"
+    assert [p.repo_id for p in model.adapter.parents] == ["heterofold/tiny-llama-code-to-smollm2-135m",
+                                                          REAL_ADAPTERS[(SMOL, GEMMA)]]
+    text = long_text[:1500]
+    with torch.no_grad():
+        cache = model.sender.model(**model.sender.tokenizer(text, return_tensors="pt"), use_cache=True).cache
+    result = model.transfer(cache, text)
+    assert model.generate(result, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 4)
