@@ -9,7 +9,8 @@ from importlib import metadata
 
 import torch
 
-from heterofold_hub import __version__, kernels
+from heterofold_hub import __version__
+from heterofold_hub.transfer import kernels
 from heterofold_hub.hub.local import default_root
 from heterofold_hub.hub.registry import default_registry_path
 
