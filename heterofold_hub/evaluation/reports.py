@@ -63,11 +63,24 @@ def merge_results(results: list[dict]) -> dict:
     return {**first, "methods": methods}
 
 
+def labelled(path: str | Path) -> dict:
+    """The result in ``path``; ``FILE=LABEL`` names its one method row LABEL (e.g. two heterofold adapters made
+    differently, shown in one table)."""
+    file, _, label = str(path).partition("=")
+    result = json.loads(Path(file).read_text())
+    if label:
+        own = [m for m in result["methods"] if m not in REFERENCES]
+        if len(own) != 1:
+            raise ValueError(f"{file} has {len(own)} method rows ({', '.join(own)}); a label names exactly one")
+        result["methods"] = {(label if m == own[0] else m): row for m, row in result["methods"].items()}
+    return result
+
+
 def readme_section(groups: list[list[str | Path]]) -> str:
     """Caption and table of each group of committed results (merged: same windows), as the README shows them."""
     parts = []
     for paths in groups:
-        result = merge_results([json.loads(Path(path).read_text()) for path in paths])
+        result = merge_results([labelled(path) for path in paths])
         parts.append(f"{fidelity_caption(result)}\n\n{fidelity_markdown(result)}")
     return "\n\n".join(parts)
 
@@ -75,5 +88,6 @@ def readme_section(groups: list[list[str | Path]]) -> str:
 if __name__ == "__main__":
     import sys
 
-    # python -m heterofold_hub.evaluation.reports a.json,b.json c.json: one table per argument (files joined by commas)
+    # python -m heterofold_hub.evaluation.reports a.json,b.json=label c.json: one table per argument (files joined
+    # by commas; FILE=LABEL renames that file's method row)
     print(readme_section([arg.split(",") for arg in sys.argv[1:]]))
