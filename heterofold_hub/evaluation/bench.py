@@ -90,15 +90,16 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     seconds = median_seconds({"prefill": prefill, "plan": make_plan,
                               "copy": lambda: [(k.clone(), v.clone()) for k, v in layers],
                               **{f"transfer {name}": transfer for name, transfer in transfers.items()}}, repeats)
+    full = max(layers, key=lambda kv: kv[0].shape[2])  # a sliding-window layer (Gemma 3) keeps only its window
     return {
-        "context_tokens": int(layers[0][0].shape[2]),
+        "context_tokens": int(ids.shape[1]),
         "prefill_s": seconds["prefill"],
         "plan_s": seconds["plan"],
         "copy_s": seconds["copy"],
         "transfer_s": {name: seconds[f"transfer {name}"] for name in transfers},
         "peak_extra_bytes": {name: peak_extra_bytes(transfer, receiver.model.device)[1]
                              for name, transfer in transfers.items()},
-        "layer_bytes": 2 * layers[0][0].nelement() * layers[0][0].element_size(),
+        "layer_bytes": 2 * full[0].nelement() * full[0].element_size(),
     }
 
 
