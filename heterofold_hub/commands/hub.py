@@ -161,13 +161,12 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
                   as_json: bool = False) -> dict:
     """What resolves for a pair, by model id: its direct adapters, and with ``pivot`` ("auto" or an id) the
     registered paths through a pivot, best estimate first (the product of the legs' recorded recovered)."""
-    from heterofold_hub.methods import METHODS
-    from heterofold_hub.methods.affine import AffineAdapter
+    from heterofold_hub.methods.affine import affine_methods
     from heterofold_hub.hub.registry import PairEnd
 
     registry = open_registry(registry_path, must_exist=True)
     direct = [e for e in registry.entries() if (e.sender.id, e.receiver.id) == (sender, receiver)]
-    affine = {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}
+    affine = affine_methods()
     paths = [] if pivot is None else registry.paths(PairEnd(sender), PairEnd(receiver),
                                                     pivot=None if pivot == "auto" else pivot, methods=affine)
     legs = lambda e, v: {"repo_id": e.repo_id, "version": v.version, "method": e.method,

@@ -179,12 +179,11 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
     """Compose the best registered path sender -> P -> receiver (``pivot`` "auto" or P's id): both legs are fetched
     and checked like any adapter, then folded into one affine map per receiver layer. ``min_recovered`` applies to
     the path's estimate (the product of the legs' recorded recovered)."""
-    from heterofold_hub.methods import METHODS
-    from heterofold_hub.methods.affine import AffineAdapter
+    from heterofold_hub.methods.affine import affine_methods
     from heterofold_hub.methods.composed import compose
 
     registry = open_registry(registry)
-    affine = {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}
+    affine = affine_methods()
     paths = registry.paths(pair_end(sender), pair_end(receiver), pivot=None if pivot == "auto" else pivot,
                            methods=affine)
     usable = [p for p in paths if min_recovered is None or p.estimate >= min_recovered]

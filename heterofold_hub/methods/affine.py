@@ -38,6 +38,13 @@ class AffineAdapter(PairAdapter):
         getattr(self, f"{kind}_bias")[layer].copy_(bias)
 
 
+def affine_methods() -> set[str]:
+    """Names of the registered methods whose adapters are one affine map per layer (the ones that compose)."""
+    from heterofold_hub.methods.base import METHODS
+
+    return {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}
+
+
 def fit_affine(cls, calib, method: str, sources: list[list[int]], solve, **extra) -> AffineAdapter:
     """Fit every receiver layer's K and V map with ``solve(X [N, in], Y [N, out]) -> (W, b)``."""
     adapter = cls(config_for(calib, method, sources, **extra))
