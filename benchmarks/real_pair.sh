@@ -8,7 +8,7 @@
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long        # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
 #   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
-#   bash benchmarks/real_pair.sh bench       # transfer vs native prefill, 256 to 4096 tokens, both directions
+#   bash benchmarks/real_pair.sh bench [s2g|g2s]  # transfer vs native prefill, 256 to 4096 tokens (both directions)
 #
 # `train` is what made the shipped adapters; each run's held-out table (metrics.json, 48 windows of bundled:unseen)
 # was copied to $OUT/fidelity-{g2s,s2g}-512.json. A first SmolLM2 -> Gemma 3 run on the default --data
@@ -65,8 +65,14 @@ case "${1:-}" in
       --json $OUT/retrieval-s2g.json --plot $OUT/retrieval-s2g.png
     ;;
   bench)
-    $FOLD bench --sender $SMOL --receiver $GEMMA --contexts 256,1024,2048,4096 --repeats 2 --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
-    $FOLD bench --sender $GEMMA --receiver $SMOL --contexts 256,1024,2048,4096 --repeats 2 --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
+    # One direction with `bench s2g` or `bench g2s`; both without.
+    BENCH="--contexts 256,1024,2048,4096 --repeats 2"
+    if [ "${2:-s2g}" = s2g ]; then
+      $FOLD bench --sender $SMOL --receiver $GEMMA $BENCH --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
+    fi
+    if [ "${2:-g2s}" = g2s ]; then
+      $FOLD bench --sender $GEMMA --receiver $SMOL $BENCH --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
+    fi
     ;;
   *)
     echo "usage: bash benchmarks/real_pair.sh train|eval|baselines|long|retrieval|bench" >&2

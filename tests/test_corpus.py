@@ -1,5 +1,7 @@
 """The evaluation text is disjoint from everything any fit reads, by content as well as by name."""
 
+import pytest
+
 from heterofold_hub.data.texts import read_texts, same_source, shared_passages
 from heterofold_hub.zoo.corpus import CORPUS_DIR, load_records
 
@@ -9,15 +11,32 @@ def test_the_unseen_split_shares_no_passage_with_fitted_text():
     assert shared_passages(seen, read_texts("bundled:unseen")) == []
 
 
-def test_the_unseen_split_is_third_party_code_and_prose_with_their_licences():
-    records = load_records("unseen")
+def _package(record: dict) -> str:
+    return record["source"].split("==")[0].lower()
+
+
+@pytest.mark.parametrize("split", ["unseen", "wide"])
+def test_the_third_party_splits_are_code_and_prose_with_their_licences(split):
+    records = load_records(split)
     assert {r["kind"] for r in records} == {"code", "prose"}
-    assert len(read_texts("bundled:unseen-code")) + len(read_texts("bundled:unseen-prose")) == len(records)
+    assert len(read_texts(f"bundled:{split}-code")) + len(read_texts(f"bundled:{split}-prose")) == len(records)
     for r in records:
         package = r["source"].split("==")[0]
         assert (CORPUS_DIR / "licenses" / f"{package}.txt").is_file(), package
         assert any(name in r["license"] for name in ("MIT", "BSD", "Apache")), r["license"]
         assert not r["source"].startswith(("synthetic/",)) and "/test" not in r["source"]
+        assert "_vendor" not in r["source"]
+
+
+def test_the_wide_training_split_is_disjoint_from_unseen_by_package_and_by_content():
+    wide, unseen = load_records("wide"), load_records("unseen")
+    assert {_package(r) for r in wide}.isdisjoint({_package(r) for r in unseen})
+    assert shared_passages([r["text"] for r in wide], [r["text"] for r in unseen]) == []
+
+
+def test_any_prefix_of_the_wide_split_mixes_code_and_prose():
+    # make_windows takes documents round-robin in stored order: a small --windows must still see both kinds
+    assert {r["kind"] for r in load_records("wide")[:20]} == {"code", "prose"}
 
 
 def test_a_near_duplicate_is_caught_and_unrelated_text_is_not():

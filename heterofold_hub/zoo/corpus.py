@@ -10,9 +10,10 @@ CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 # train / calib / heldout: CPython stdlib + synthetic retrieval documents, disjoint by file (what every fit reads);
 # -natural / -retrieval: only the stdlib files, or only the synthetic documents (most of each split's documents,
 # and the end of every one, where windows are cut, is questions and answers).
-# unseen: third-party code and prose no fit reads (scripts/build_unseen_corpus.py); -code / -prose: one kind of it.
+# unseen: third-party code and prose no fit reads (scripts/build_thirdparty_corpus.py); -code / -prose: one kind of it.
+# wide: training text of the same two kinds from other packages (none unseen draws on), kinds interleaved.
 KINDS = {"train": ("natural", "retrieval"), "calib": ("natural", "retrieval"), "heldout": ("natural", "retrieval"),
-         "unseen": ("code", "prose")}
+         "unseen": ("code", "prose"), "wide": ("code", "prose")}
 SPLITS = tuple(s for name, kinds in KINDS.items() for s in (name, *(f"{name}-{k}" for k in kinds)))
 
 
