@@ -58,7 +58,8 @@ def eval_command(
     receiver: str = RECEIVER,
     task: str = typer.Option("fidelity", help="fidelity: continuation NLL/KL/top-1 against native prefill | "
                              "retrieval: exact-match answers to a question about facts early in a long context."),
-    methods: str = typer.Option(",".join(DEFAULT_METHODS), help="Comma-separated transfer methods to fit and score."),
+    methods: str = typer.Option(",".join(DEFAULT_METHODS), help="Comma-separated transfer methods to fit and score; "
+                                "'' with --adapter scores the packages alone."),
     data: str = typer.Option(EvalArgs.data, help="Held-out text: bundled:<split> (unseen: third-party code and prose no "
                              "fit saw), a file, a folder or a JSONL file; retrieval cuts its filler from it."),
     calib_data: str = typer.Option(EvalArgs.calib_data, help="Calibration text the methods are fitted on."),

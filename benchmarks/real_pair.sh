@@ -4,9 +4,11 @@
 # On 2 CPU cores: training about 30 minutes per direction, each evaluation 10 to 20 minutes.
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
+#   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
-#   bash benchmarks/real_pair.sh long        # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
+#   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
+#   bash benchmarks/real_pair.sh prose       # fidelity on third-party prose (the 512 tables' 48 windows are all code)
 #   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
 #   bash benchmarks/real_pair.sh bench [s2g|g2s]  # transfer vs native prefill, 256 to 4096 tokens (both directions)
 #
@@ -31,6 +33,13 @@ case "${1:-}" in
     $FOLD push runs/real/s2g-natural --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.0.0 --hub-dir hub
     $FOLD push runs/real/g2s --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.0.0 --hub-dir hub
     ;;
+  wide)
+    WIDE="--data bundled:wide --windows 320 --max-minutes 12 --eval-windows 48"
+    $FOLD train --sender $SMOL --receiver $GEMMA $WIDE --out runs/real/s2g-wide
+    $FOLD train --sender $GEMMA --receiver $SMOL $WIDE --out runs/real/g2s-wide
+    cp runs/real/s2g-wide/metrics.json $OUT/fidelity-s2g-512-wide.json
+    cp runs/real/g2s-wide/metrics.json $OUT/fidelity-g2s-512-wide.json
+    ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
     # recolor and kv-ridge fitted on the training text (prints the tables; the committed figures come from below).
@@ -51,6 +60,13 @@ case "${1:-}" in
     done
     ;;
   long)
+    if [ "${2:-}" = wide ]; then  # the bundled:wide adapters alone, on the same 16 windows as the rest
+      $FOLD eval --sender $GEMMA --receiver $SMOL --context-tokens 2048 --windows 16 --methods '' \
+        --adapter runs/real/g2s-wide --json $OUT/fidelity-g2s-2048-wide.json
+      $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+        --adapter runs/real/s2g-wide --json $OUT/fidelity-s2g-2048-wide.json
+      exit 0
+    fi
     # recolor is fitted here on the same training text; the trained adapters (those present) are scored beside it.
     LONG="--context-tokens 2048 --windows 16 --calib-windows 32 --methods recolor --calib-data bundled:train-natural"
     adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
@@ -58,6 +74,16 @@ case "${1:-}" in
       runs/real/g2s-dense-latent) --json $OUT/fidelity-g2s-2048.json
     $FOLD eval --sender $SMOL --receiver $GEMMA $LONG $(adapters runs/real/s2g-natural runs/real/s2g-kv-ridge \
       runs/real/s2g-dense-latent) --json $OUT/fidelity-s2g-2048.json
+    ;;
+  prose)
+    # bundled:unseen lists its code first, and windows are taken one per document in order, so the 512-token
+    # tables' 48 windows (and the 2048 ones' 16) are all third-party code: this scores the prose (19 READMEs).
+    PROSE="--data bundled:unseen-prose --windows 32 --methods recolor --calib-data bundled:train-natural"
+    adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
+    $FOLD eval --sender $GEMMA --receiver $SMOL $PROSE $(adapters runs/real/g2s runs/real/g2s-wide \
+      runs/real/g2s-kv-ridge) --json $OUT/fidelity-g2s-512-prose.json
+    $FOLD eval --sender $SMOL --receiver $GEMMA $PROSE $(adapters runs/real/s2g-natural runs/real/s2g-wide \
+      runs/real/s2g-kv-ridge) --json $OUT/fidelity-s2g-512-prose.json
     ;;
   retrieval)
     $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods recolor \
@@ -75,7 +101,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|eval|baselines|long|retrieval|bench" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|wide|eval|baselines|long|prose|retrieval|bench" >&2
     exit 2
     ;;
 esac

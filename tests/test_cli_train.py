@@ -70,6 +70,19 @@ def test_eval_scores_a_trained_package_beside_the_methods(package, pair_dirs, tm
     assert result["methods"]["heterofold"]["kl"] == pytest.approx(trained["kl"], rel=1e-4)
 
 
+def test_eval_scores_packages_alone_with_no_methods(package, pair_dirs, tmp_path):
+    result_path = tmp_path / "eval.json"
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "", "--adapter", str(package), "--json", str(result_path)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert set(result["methods"]) == {"native", "no-context", "heterofold"} and result["calibration_windows"] == 0
+    trained = json.loads((package / "metrics.json").read_text())["methods"]["heterofold"]
+    assert result["methods"]["heterofold"]["kl"] == pytest.approx(trained["kl"], rel=1e-4)
+    # With nothing to score the command says so, naming both ways out.
+    run = hf_fold(*eval_args(pair_dirs, "--methods", ""))
+    assert run.returncode == 2 and "--methods" in run.stdout and "--adapter" in run.stdout
+
+
 def test_eval_refuses_a_package_of_another_pair(package, pair_dirs):
     run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
                              sender="receiver", receiver="sender"))

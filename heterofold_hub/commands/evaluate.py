@@ -55,8 +55,8 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         problems.append(f"--methods: unknown {unknown}; choose from {', '.join(sorted(METHODS))}")
-    if not methods:
-        problems.append("--methods: give at least one method")
+    if not methods and not adapters:
+        problems.append("--methods: give at least one method, or score packages alone with --methods '' --adapter DIR")
     for folder in adapters:
         if not (Path(folder) / CONFIG_NAME).is_file():
             problems.append(f"--adapter: {folder} is not an adapter package (no {CONFIG_NAME}); "
@@ -146,9 +146,12 @@ def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dic
     from heterofold_hub.methods.fitting import fit_methods
     from heterofold_hub.data.windows import make_windows
 
+    packages = load_packages(args, sender, receiver, taken=set(args.methods))
+    if not args.methods:  # packages alone: nothing to fit, no calibration text read
+        return ({name: adapter for name, (_, adapter) in packages.items()},
+                {name: source for name, (source, _) in packages.items()}, 0)
     calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows,
                          context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-    packages = load_packages(args, sender, receiver, taken=set(args.methods))
     adapters = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size, seed=args.seed)
     adapters.update({name: adapter for name, (_, adapter) in packages.items()})
     return adapters, {name: source for name, (source, _) in packages.items()}, len(calib)
