@@ -39,6 +39,8 @@ case "${1:-}" in
     $FOLD train --sender $GEMMA --receiver $SMOL $WIDE --out runs/real/g2s-wide
     cp runs/real/s2g-wide/metrics.json $OUT/fidelity-s2g-512-wide.json
     cp runs/real/g2s-wide/metrics.json $OUT/fidelity-g2s-512-wide.json
+    $FOLD push runs/real/s2g-wide --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.1.0 --hub-dir hub
+    $FOLD push runs/real/g2s-wide --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.1.0 --hub-dir hub
     ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
@@ -87,7 +89,7 @@ case "${1:-}" in
     ;;
   retrieval)
     $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods recolor \
-      --calib-data bundled:train-natural --adapter runs/real/s2g-natural --adapter runs/real/s2g-kv-ridge \
+      --calib-data bundled:train-natural --adapter runs/real/s2g-wide --adapter runs/real/s2g-kv-ridge \
       --json $OUT/retrieval-s2g.json --plot $OUT/retrieval-s2g.png
     ;;
   bench)
