@@ -4,7 +4,7 @@
 # On 2 CPU cores: training about 30 minutes per direction, each evaluation 10 to 20 minutes.
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
-#   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows
+#   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows; + kv-ridge
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
@@ -41,6 +41,12 @@ case "${1:-}" in
     cp runs/real/g2s-wide/metrics.json $OUT/fidelity-g2s-512-wide.json
     $FOLD push runs/real/s2g-wide --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.1.0 --hub-dir hub
     $FOLD push runs/real/g2s-wide --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.1.0 --hub-dir hub
+    # KV Ridge on the same text (closed form on the first 64 of those windows), scored on the same 48 windows
+    WIDE="--data bundled:wide --windows 320 --eval-windows 48 --method kv-ridge"
+    $FOLD train --sender $SMOL --receiver $GEMMA $WIDE --out runs/real/s2g-kv-ridge-wide
+    $FOLD train --sender $GEMMA --receiver $SMOL $WIDE --out runs/real/g2s-kv-ridge-wide
+    cp runs/real/s2g-kv-ridge-wide/metrics.json $OUT/fidelity-s2g-512-kv-ridge-wide.json
+    cp runs/real/g2s-kv-ridge-wide/metrics.json $OUT/fidelity-g2s-512-kv-ridge-wide.json
     ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
@@ -80,12 +86,12 @@ case "${1:-}" in
   prose)
     # bundled:unseen lists its code first, and windows are taken one per document in order, so the 512-token
     # tables' 48 windows (and the 2048 ones' 16) are all third-party code: this scores the prose (19 READMEs).
-    PROSE="--data bundled:unseen-prose --windows 32 --methods recolor --calib-data bundled:train-natural"
+    PROSE="--data bundled:unseen-prose --windows 32"
     adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
-    $FOLD eval --sender $GEMMA --receiver $SMOL $PROSE $(adapters runs/real/g2s runs/real/g2s-wide \
-      runs/real/g2s-kv-ridge) --json $OUT/fidelity-g2s-512-prose.json
-    $FOLD eval --sender $SMOL --receiver $GEMMA $PROSE $(adapters runs/real/s2g-natural runs/real/s2g-wide \
-      runs/real/s2g-kv-ridge) --json $OUT/fidelity-s2g-512-prose.json
+    $FOLD eval --sender $GEMMA --receiver $SMOL $PROSE --methods "" $(adapters runs/real/g2s-wide runs/real/g2s \
+      runs/real/g2s-kv-ridge-wide) --json $OUT/fidelity-g2s-512-prose.json
+    $FOLD eval --sender $SMOL --receiver $GEMMA $PROSE --methods "" $(adapters runs/real/s2g-wide runs/real/s2g-natural \
+      runs/real/s2g-kv-ridge-wide) --json $OUT/fidelity-s2g-512-prose.json
     ;;
   retrieval)
     $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods recolor \

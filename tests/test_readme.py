@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown, merge_results
+from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown, labelled, merge_results
 
 from helpers import ROOT
 
@@ -56,3 +56,14 @@ def test_the_table_puts_references_first_and_rounds_as_shown():
     lines = fidelity_markdown(result).splitlines()
     assert lines[2] == "| native | 1.000 ± 0.000 | 0.000 ± 0.000 | 1.000 | 1.500 ± 0.200 |"
     assert lines[3] == "| kv-ridge | 0.500 ± 0.010 | 1.000 ± 0.100 | 0.600 | 2.000 ± 0.200 |"
+
+
+def test_a_row_can_be_labelled_by_name(tmp_path):
+    row = {"recovered": 0.5, "recovered_se": 0.01, "kl": 1.0, "kl_se": 0.1, "top1": 0.6, "nll": 2.0, "nll_se": 0.2}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"methods": {"native": row, "heterofold": row, "kv-ridge": row}}))
+    assert list(labelled(f"{path}=heterofold:heterofold v1.0.0")["methods"]) == ["native", "heterofold v1.0.0", "kv-ridge"]
+    with pytest.raises(ValueError, match="2 method rows"):
+        labelled(f"{path}=mine")
+    with pytest.raises(ValueError, match="no 'recolor' row"):
+        labelled(f"{path}=recolor:mine")

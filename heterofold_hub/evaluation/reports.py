@@ -65,14 +65,18 @@ def merge_results(results: list[dict]) -> dict:
 
 def labelled(path: str | Path) -> dict:
     """The result in ``path``; ``FILE=LABEL`` names its one method row LABEL (e.g. two heterofold adapters made
-    differently, shown in one table)."""
+    differently, shown in one table), ``FILE=ROW:LABEL`` names its row ROW LABEL."""
     file, _, label = str(path).partition("=")
     result = json.loads(Path(file).read_text())
     if label:
         own = [m for m in result["methods"] if m not in REFERENCES]
-        if len(own) != 1:
-            raise ValueError(f"{file} has {len(own)} method rows ({', '.join(own)}); a label names exactly one")
-        result["methods"] = {(label if m == own[0] else m): row for m, row in result["methods"].items()}
+        row, _, new = label.rpartition(":")
+        if row and row not in own:
+            raise ValueError(f"{file} has no {row!r} row; its rows are {', '.join(own)}")
+        if not row and len(own) != 1:
+            raise ValueError(f"{file} has {len(own)} method rows ({', '.join(own)}); name one: FILE=ROW:LABEL")
+        old = row or own[0]
+        result["methods"] = {(new if m == old else m): r for m, r in result["methods"].items()}
     return result
 
 
@@ -89,5 +93,5 @@ if __name__ == "__main__":
     import sys
 
     # python -m heterofold_hub.evaluation.reports a.json,b.json=label c.json: one table per argument (files joined
-    # by commas; FILE=LABEL renames that file's method row)
+    # by commas; FILE=LABEL renames that file's one method row, FILE=ROW:LABEL its row ROW)
     print(readme_section([arg.split(",") for arg in sys.argv[1:]]))
