@@ -6,7 +6,7 @@
 # the short calibration of a composition gets a quarter of it.
 #
 #   bash benchmarks/pivot.sh train      # direct heterofold adapters tiny-llama -> SmolLM2 and -> Gemma 3 (runs/pivot/)
-#   bash benchmarks/pivot.sh compose    # each composed through the other real model, no training, scored
+#   bash benchmarks/pivot.sh compose [wide]  # each composed through the other real model, no training, scored
 #   bash benchmarks/pivot.sh calibrate  # each composition calibrated for 1.5 minutes
 #   bash benchmarks/pivot.sh baselines  # kv-ridge direct, same data
 #   bash benchmarks/pivot.sh bench      # composed vs direct transfer time at 512 and 2048 tokens
@@ -28,6 +28,13 @@ case "${1:-}" in
     cp runs/pivot/l2g/metrics.json $OUT/fidelity-l2g-direct.json
     ;;
   compose)  # the legs: this check's direct adapters and the shipped real-pair adapters (runs/real/)
+    if [ "${2:-}" = wide ]; then  # the second leg: the real pair's v1.1.0 (bundled:wide) adapters
+      $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide --out runs/pivot/l2g-via-s-wide
+      $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide --out runs/pivot/l2s-via-g-wide
+      cp runs/pivot/l2g-via-s-wide/metrics.json $OUT/fidelity-l2g-composed-wide.json
+      cp runs/pivot/l2s-via-g-wide/metrics.json $OUT/fidelity-l2s-composed-wide.json
+      exit 0
+    fi
     $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-natural --out runs/pivot/l2g-via-s
     $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s --out runs/pivot/l2s-via-g
     cp runs/pivot/l2g-via-s/metrics.json $OUT/fidelity-l2g-composed.json

@@ -10,6 +10,7 @@ from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.data.windows import prepare_batch
+from heterofold_hub.evaluation.retrieval import RetrievalPrompt, decode_answers
 
 from conftest import GEMMA3_WINDOW, tiny_model
 from helpers import IdentityAdapter, small_calibration, texts
@@ -71,3 +72,17 @@ def test_gemma3_sender_default_cache(bpe, unigram):
     assert {s for sources in only_full.adapter.config.layer_sources for s in sources} == {2}
     a, b = only_full.transfer(default, context).cache, only_full.transfer(full, context).cache
     assert all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values) for x, y in zip(a.layers, b.layers))
+
+
+def test_retrieval_decoding_keeps_gemma3_sliding_layers(unigram):
+    """Retrieval stacks the native and transferred caches of a batch into one ``generate``: the stacked cache keeps
+    Gemma 3's sliding layers (contexts here are longer than its window), so an identity transfer answers exactly as
+    native prefill does, prompt by prompt."""
+    side = Side.from_model(tiny_model("gemma3_text", len(unigram)), unigram)
+    _, calib = small_calibration(side, side)
+    prompts = [RetrievalPrompt(prompt=text[:n], answer="12345", name="x", question=text[n - 20:n], facts_end=0,
+                               fact_index=0, n_facts=1, tokens=0, target=0)
+               for text, n in zip(texts(), (300, 240, 300))]
+    assert min(len(unigram(p.prompt)["input_ids"]) for p in prompts) > GEMMA3_WINDOW
+    out = decode_answers(side, side, {"identity": IdentityAdapter.for_calibration(calib)}, prompts, batch_size=3)
+    assert out["identity"] == out["native"] and len(out["native"]) == 3

@@ -188,11 +188,14 @@ def answer_budget(receiver: Side, prompts: list[RetrievalPrompt]) -> int:
     return 1 + max(len(receiver.tokenizer(p.answer, add_special_tokens=False)["input_ids"]) for p in prompts)
 
 
-def _stacked(results: list[TransferResult]) -> TransferResult:
-    """One batch from several results of the same width (rows are independent: same answers, one ``generate``)."""
+def _stacked(results: list[TransferResult], receiver: Side) -> TransferResult:
+    """One batch from several results of the same width (rows are independent: same answers, one ``generate``),
+    in a cache of the receiver's own layer classes: a sliding-window layer (Gemma 3) stays one, having seen every
+    position of the context, or ``generate`` would mask its window as if it held them all."""
     layers = [cache_layers(r.cache) for r in results]
     cache = build_cache([(torch.cat([per[i][0] for per in layers]), torch.cat([per[i][1] for per in layers]))
-                         for i in range(len(layers[0]))])
+                         for i in range(len(layers[0]))],
+                        windows=receiver.spec.windows, tokens=results[0].input_ids.shape[1] - 1)
     return TransferResult(cache=cache, input_ids=torch.cat([r.input_ids for r in results]),
                           attention_mask=torch.cat([r.attention_mask for r in results]))
 
@@ -227,7 +230,7 @@ def decode_answers(
         for name, result in results.items():
             shapes.setdefault((tuple(result.input_ids.shape), cache_layers(result.cache)[0][0].shape[2]), []).append(name)
         for names in shapes.values():
-            new = TransferPipeline.continue_from(receiver.model, _stacked([results[n] for n in names]), **decode)
+            new = TransferPipeline.continue_from(receiver.model, _stacked([results[n] for n in names], receiver), **decode)
             text = receiver.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, name in enumerate(names):
                 out[name] += text[i * len(group) : (i + 1) * len(group)]
