@@ -63,6 +63,7 @@ def test_a_row_can_be_labelled_by_name(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"methods": {"native": row, "heterofold": row, "kv-ridge": row}}))
     assert list(labelled(f"{path}=heterofold:heterofold v1.0.0")["methods"]) == ["native", "heterofold v1.0.0", "kv-ridge"]
+    assert list(labelled(f"{path}=heterofold:a;kv-ridge:b")["methods"]) == ["native", "a", "b"]
     with pytest.raises(ValueError, match="2 method rows"):
         labelled(f"{path}=mine")
     with pytest.raises(ValueError, match="no 'recolor' row"):

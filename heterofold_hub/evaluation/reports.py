@@ -65,18 +65,19 @@ def merge_results(results: list[dict]) -> dict:
 
 def labelled(path: str | Path) -> dict:
     """The result in ``path``; ``FILE=LABEL`` names its one method row LABEL (e.g. two heterofold adapters made
-    differently, shown in one table), ``FILE=ROW:LABEL`` names its row ROW LABEL."""
-    file, _, label = str(path).partition("=")
+    differently, shown in one table), ``FILE=ROW:LABEL`` names its row ROW LABEL (several: ``ROW:LABEL;ROW:LABEL``)."""
+    file, _, labels = str(path).partition("=")
     result = json.loads(Path(file).read_text())
-    if label:
-        own = [m for m in result["methods"] if m not in REFERENCES]
+    own = [m for m in result["methods"] if m not in REFERENCES]
+    names = {}
+    for label in filter(None, labels.split(";")):
         row, _, new = label.rpartition(":")
         if row and row not in own:
             raise ValueError(f"{file} has no {row!r} row; its rows are {', '.join(own)}")
         if not row and len(own) != 1:
             raise ValueError(f"{file} has {len(own)} method rows ({', '.join(own)}); name one: FILE=ROW:LABEL")
-        old = row or own[0]
-        result["methods"] = {(new if m == old else m): r for m, r in result["methods"].items()}
+        names[row or own[0]] = new
+    result["methods"] = {names.get(m, m): r for m, r in result["methods"].items()}
     return result
 
 
