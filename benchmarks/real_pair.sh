@@ -22,6 +22,7 @@ GEMMA=gguf/gemma3-270m-q4_k_m
 OUT=benchmarks/results/real
 FOLD=${FOLD:-.venv/bin/hf-fold}
 mkdir -p "$OUT"
+adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }  # those present
 
 case "${1:-}" in
   train)
@@ -42,9 +43,9 @@ case "${1:-}" in
     $FOLD push runs/real/s2g-wide --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.1.0 --hub-dir hub
     $FOLD push runs/real/g2s-wide --repo heterofold/gemma3-270m-to-smollm2-135m --version 1.1.0 --hub-dir hub
     # KV Ridge on the same text (closed form on the first 64 of those windows), scored on the same 48 windows
-    WIDE="--data bundled:wide --windows 320 --eval-windows 48 --method kv-ridge"
-    $FOLD train --sender $SMOL --receiver $GEMMA $WIDE --out runs/real/s2g-kv-ridge-wide
-    $FOLD train --sender $GEMMA --receiver $SMOL $WIDE --out runs/real/g2s-kv-ridge-wide
+    KV_RIDGE="--data bundled:wide --windows 320 --eval-windows 48 --method kv-ridge"
+    $FOLD train --sender $SMOL --receiver $GEMMA $KV_RIDGE --out runs/real/s2g-kv-ridge-wide
+    $FOLD train --sender $GEMMA --receiver $SMOL $KV_RIDGE --out runs/real/g2s-kv-ridge-wide
     cp runs/real/s2g-kv-ridge-wide/metrics.json $OUT/fidelity-s2g-512-kv-ridge-wide.json
     cp runs/real/g2s-kv-ridge-wide/metrics.json $OUT/fidelity-g2s-512-kv-ridge-wide.json
     ;;
@@ -77,7 +78,6 @@ case "${1:-}" in
     fi
     # recolor is fitted here on the same training text; the trained adapters (those present) are scored beside it.
     LONG="--context-tokens 2048 --windows 16 --calib-windows 32 --methods recolor --calib-data bundled:train-natural"
-    adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
     $FOLD eval --sender $GEMMA --receiver $SMOL $LONG $(adapters runs/real/g2s runs/real/g2s-kv-ridge \
       runs/real/g2s-dense-latent) --json $OUT/fidelity-g2s-2048.json
     $FOLD eval --sender $SMOL --receiver $GEMMA $LONG $(adapters runs/real/s2g-natural runs/real/s2g-kv-ridge \
@@ -87,7 +87,6 @@ case "${1:-}" in
     # bundled:unseen lists its code first, and windows are taken one per document in order, so the 512-token
     # tables' 48 windows (and the 2048 ones' 16) are all third-party code: this scores the prose (19 READMEs).
     PROSE="--data bundled:unseen-prose --windows 32"
-    adapters() { for dir in "$@"; do [ -d "$dir" ] && printf -- "--adapter %s " "$dir"; done; }
     $FOLD eval --sender $GEMMA --receiver $SMOL $PROSE --methods "" $(adapters runs/real/g2s-wide runs/real/g2s \
       runs/real/g2s-kv-ridge-wide) --json $OUT/fidelity-g2s-512-prose.json
     $FOLD eval --sender $SMOL --receiver $GEMMA $PROSE --methods "" $(adapters runs/real/s2g-wide runs/real/s2g-natural \
