@@ -80,6 +80,8 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         start.config.extra = {**start.config.extra, "init": "composed"}
     else:
         start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
+    if calib is not None:
+        calib.free()  # only if its holder is done with it
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
                                max_steps=o.steps)
     trainer = L.Trainer(

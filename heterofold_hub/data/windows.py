@@ -120,8 +120,10 @@ def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.
     return cache_layers(out.cache), [offsets for _, offsets in encoded]
 
 
-def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers: set[int] | None = None, min_native: int = 1) -> Batch:
-    """Sender prefill, token alignment and feature gathering for ``windows`` (no gradients)."""
+def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers: set[int] | None = None,
+                  min_native: int = 1, dtype: torch.dtype = torch.float32) -> Batch:
+    """Sender prefill, token alignment and feature gathering for ``windows`` (no gradients); features are
+    stored in ``dtype`` (a layer that would overflow it stays fp32)."""
     sender_kv, sender_offsets = sender_prefill(sender, [w.context for w in windows])
     prefix = receiver.prefix_ids()
     empty = torch.zeros(len(prefix), 2, dtype=torch.long)
@@ -133,8 +135,14 @@ def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers
         min_native=min_native,
     )
     with torch.no_grad():
-        features = sender_features(sender_kv, alignment, sender.rope, layers)
+        features = [None if kv is None else tuple(_stored(x, dtype) for x in kv)
+                    for kv in sender_features(sender_kv, alignment, sender.rope, layers)]
     query = torch.stack([torch.cat([w.receiver_context[-1:], w.continuation[:-1]]) for w in windows])
     targets = torch.stack([w.continuation for w in windows])
     native_ids = torch.stack([torch.cat([prefix, w.receiver_context, w.continuation[:-1]]) for w in windows])
     return Batch(alignment, features, query, targets, native_ids, prefix)
+
+
+def _stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    narrow = x.to(dtype)
+    return narrow if narrow is x or torch.isfinite(narrow).all() else x

@@ -28,6 +28,13 @@ class CalibrationSet:
     receiver_spec: KVSpec
     sender: list[tuple[torch.Tensor, torch.Tensor]]
     receiver: list[tuple[torch.Tensor, torch.Tensor]]
+    disposable: bool = False  # set by a holder that will not read the set again: a fit may then free() it
+
+    def free(self) -> None:
+        """Drop the features (2.7 GB for SmolLM2 -> Gemma 3) if :attr:`disposable`: a fit that needs them only
+        for its starting map calls this before its training loop."""
+        if self.disposable:
+            self.sender, self.receiver = [], []
 
     @property
     def tokens(self) -> int:
