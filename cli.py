@@ -78,6 +78,7 @@ def eval_command(
                                        "to score beside the methods; repeatable. Default: the adapter registry.json lists for the pair."),
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
     pivot: Optional[str] = PIVOT,
+    dtype: str = typer.Option(EvalArgs.dtype, help="Fidelity: model, cache and map dtype (float32, bfloat16, float16)."),
 ):
     """Score transfer methods against native prefill on held-out text: fidelity (default) or retrieval accuracy.
 
@@ -108,10 +109,11 @@ def eval_command(
             raise HeteroFoldError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
         from heterofold_hub.commands.evaluate import run_eval
 
-        run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows), console)
+        run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype), console)
         return
-    if windows is not None:
-        raise HeteroFoldError("--windows only applies to --task fidelity; retrieval takes --lengths and --docs")
+    given = [flag for flag, value in (("--windows", windows), ("--dtype", dtype)) if value not in (None, EvalArgs.dtype)]
+    if given:
+        raise HeteroFoldError(f"{', '.join(given)}: only for --task fidelity; retrieval takes --lengths and --docs")
     from heterofold_hub.commands.retrieval import parse_lengths, run_retrieval
 
     args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
@@ -222,7 +224,7 @@ def bench_command(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the timings as JSON here."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (time vs context, log scale) here."),
     device: str = typer.Option(BenchArgs.device, help="auto (cuda when there is one), cpu, cuda or cuda:N."),
-    dtype: str = typer.Option(BenchArgs.dtype, help="Model and cache dtype: float32, bfloat16 or float16."),
+    dtype: str = typer.Option(BenchArgs.dtype, help="Model, cache and map dtype: float32, bfloat16 or float16."),
     pivot: Optional[str] = PIVOT,
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.

@@ -57,6 +57,16 @@ def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_in_bfloat16_maps_in_bfloat16(pair_dirs, tmp_path):
+    out = tmp_path / "bench.json"
+    run = hf_fold("bench", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                  "--data", str(pair_dirs / "heldout.jsonl"), "--contexts", "32", "--repeats", "1", "--dtype", "bfloat16",
+                  "--json", str(out))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["dtype"] == "bfloat16" and result["rows"][0]["transfer_s"]["heterofold"] > 0
+
+
 def test_bench_argument_problems_are_gathered():
     run = hf_fold("bench", "--sender", "x", "--contexts", "4", "--repeats", "0", "--dtype", "fp8", "--device", "tpu")
     assert run.returncode == 2

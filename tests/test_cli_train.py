@@ -83,6 +83,21 @@ def test_eval_scores_packages_alone_with_no_methods(package, pair_dirs, tmp_path
     assert run.returncode == 2 and "--methods" in run.stdout and "--adapter" in run.stdout
 
 
+def test_eval_in_bfloat16_maps_and_scores_in_bfloat16(package, pair_dirs, tmp_path):
+    result_path = tmp_path / "eval.json"
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "", "--adapter", str(package), "--dtype", "bfloat16",
+                             "--json", str(result_path)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert result["dtype"] == "bfloat16"
+    full = json.loads((package / "metrics.json").read_text())["methods"]["heterofold"]
+    half = result["methods"]["heterofold"]
+    # bf16 rounding moves the figures a little, not the picture: the same windows, scored in another dtype
+    assert half["kl"] != full["kl"] and half["recovered"] == pytest.approx(full["recovered"], abs=0.05)
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "", "--adapter", str(package), "--dtype", "float64"))
+    assert run.returncode == 2 and "--dtype: 'float64'; choose from float32, bfloat16, float16" in run.stdout
+
+
 def test_eval_refuses_a_package_of_another_pair(package, pair_dirs):
     run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
                              sender="receiver", receiver="sender"))

@@ -158,7 +158,8 @@ def test_bad_arguments_exit_with_one_clear_message(args, flags):
      ["--lengths: x, 64", "--docs", "--methods", "--plot"]),
     (["--task", "retrieval", "--lengths", "512,512"], ["repeats"]),
     (["--lengths", "512", "--plot", "a.png"], ["--lengths, --plot only apply to --task retrieval"]),
-    (["--task", "retrieval", "--windows", "8"], ["--windows only applies to --task fidelity"]),
+    (["--task", "retrieval", "--windows", "8"], ["--windows: only for --task fidelity"]),
+    (["--task", "retrieval", "--dtype", "bfloat16"], ["--dtype: only for --task fidelity"]),
 ])
 def test_argument_problems_are_gathered_before_any_model_loads(args, flags, monkeypatch):
     from typer.testing import CliRunner

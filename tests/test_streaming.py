@@ -172,6 +172,28 @@ def test_cache_dtype_is_kept(demo):
         assert (a.keys.float() - b.keys).abs().max() < 0.05 * scale
 
 
+def test_a_bfloat16_adapter_maps_in_bfloat16(demo):
+    """``adapter.to(torch.bfloat16)`` (what eval and bench --dtype bfloat16 do): the fast path maps in bf16 and agrees
+    with the reference path in bf16. (What bf16 costs in quality is measured by ``hf-fold eval --dtype``.)"""
+    import copy
+
+    from heterofold_hub.commands.placement import place
+
+    pipe, sender = demo
+    text = texts()[5][:600]
+    plan = pipe.plan(text)
+    half_layers = [(k.bfloat16(), v.bfloat16()) for k, v in cache_layers(sender_cache(sender, [text]))]
+    half = place([], {"a": copy.deepcopy(pipe.adapter)}, dtype="bfloat16")["a"]
+    assert half.compute_dtype == torch.bfloat16 and pipe.adapter.compute_dtype == torch.float32
+    fast = map_cache(half, plan, half_layers, dtype=torch.bfloat16)
+    reference = reference_layers(type(pipe)(half, pipe.sender, pipe.receiver), build_cache(half_layers), plan)
+    for a, (k, v) in zip(fast.layers, reference):
+        assert a.keys.dtype == a.values.dtype == torch.bfloat16
+        # bf16 turns round twice where the reference's fp32 ones round once; the map amplifies input rounding
+        assert (a.keys.float() - k).abs().max() < 0.05 * k.abs().max()
+        assert (a.values.float() - v).abs().max() < 0.05 * v.abs().max()
+
+
 def test_build_cache_adopts_layers_without_copying():
     layers = [(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)) for _ in range(3)]
     cache = build_cache(layers)

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from heterofold_hub.commands.placement import dtype_problems, place
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
 
 METHODS = ("heterofold", "kv-ridge", "dense-latent")
 DEFAULT_CONTEXTS = "256,512,1024,2048,4096"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(kw_only=True)
@@ -34,9 +34,7 @@ class BenchArgs:
     pivot: str | None = None  # "auto" or a model id: also time the composed path sender -> pivot -> receiver
 
     def validate(self) -> None:
-        problems = []
-        if self.dtype not in DTYPES:
-            problems.append(f"--dtype: {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        problems = dtype_problems(self.dtype)
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             problems.append(f"--device: {self.device!r}; choose auto, cpu, cuda or cuda:N")
         elif self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -153,9 +151,7 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
             adapters = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
             device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-            for side in (sender, receiver):
-                side.model.to(device=device, dtype=DTYPES[args.dtype])
-            adapters = {name: adapter.to(device) for name, adapter in adapters.items()}
+            adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("timing", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from heterofold_hub.commands.placement import dtype_problems, place
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.fidelity import caveats
 from heterofold_hub.methods import METHODS
@@ -35,10 +36,11 @@ class EvalArgs:
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
+    dtype: str = "float32"  # models, caches and maps; adapters are fitted in fp32 first
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters) + dtype_problems(self.dtype)
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
@@ -167,10 +169,12 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
     with console.status("loading models"):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
+    adapters = place((sender, receiver), adapters, dtype=args.dtype)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                             continuation_tokens=args.continuation_tokens)
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
     result["calibration_windows"] = n_calib
+    result["dtype"] = args.dtype
     result["adapters"] = sources  # where each adapter row came from
     console.print(results_table(result))
     if args.json_path:

@@ -151,6 +151,12 @@ class PairAdapter(nn.Module, ABC):
         heads flattened, keys un-rotated); returns two ``[batch, seq, receiver kv_heads * head_dim]``.
         """
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the map computes in: its weights' (``adapter.to(torch.bfloat16)`` maps in bf16)."""
+        weight = next(self.parameters(), None)
+        return torch.float32 if weight is None else weight.dtype
+
     def non_finite(self) -> list[str]:
         """Names of the floating-point tensors (parameters and buffers) that hold NaN or inf: the one check every
         fit, training step and save runs before trusting the weights."""

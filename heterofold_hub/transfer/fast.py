@@ -78,7 +78,7 @@ class LayerStream:
                                     "build the plan with this adapter's pipeline.")
         self.adapter, self.plan, self.dtype = adapter, plan, dtype
         self.device = plan.native[0][0].device
-        self.compute_dtype = next(adapter.parameters()).dtype
+        self.compute_dtype = adapter.compute_dtype
         self.sender_spec, self.receiver_spec = config.sender_spec, config.receiver_spec
         self.sender_width = self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
         self.affine = adapter.affine_maps(0) is not None

@@ -95,8 +95,9 @@ def assemble(
     mapped_at = alignment.mapped_mask.to(device)[:, None, :, None]
     layers = []
     for r, sources in enumerate(adapter.config.layer_sources):
-        keys = torch.cat([features[s][0] for s in sources], dim=-1).float()  # stored fp16 in training batches
-        values = torch.cat([features[s][1] for s in sources], dim=-1).float()
+        # features may be stored narrower (fp16 training batches); the map reads them in its own dtype
+        keys = torch.cat([features[s][0] for s in sources], dim=-1).to(adapter.compute_dtype)
+        values = torch.cat([features[s][1] for s in sources], dim=-1).to(adapter.compute_dtype)
         k, v = adapter.map_layer(r, keys, values)
         k = Rope.rotate(k.view(*k.shape[:2], heads, dim), tables[r]).transpose(1, 2)
         v = v.view(*v.shape[:2], heads, dim).transpose(1, 2)
