@@ -197,6 +197,9 @@ def compose_command(
     registry: Optional[Path] = typer.Option(None, "--registry", help="registry.json the legs are resolved from."),
     hub_dir: Optional[Path] = typer.Option(None, "--hub-dir", help="Local hub root / download cache."),
     token: Optional[str] = typer.Option(None, "--token", help="Token for a remote hub."),
+    rematch_data: Optional[str] = typer.Option(None, help="Calibration text: recolour the first leg's pivot K/V to "
+                                               "the pivot's own mean and covariance on it (loads the pivot)."),
+    rematch_windows: int = typer.Option(ComposeArgs.rematch_windows, help="Windows of --rematch-data to use."),
 ):
     """Compose two affine adapters A -> P and P -> B into one A -> B package (one affine map per layer), scored.
 
@@ -205,13 +208,16 @@ def compose_command(
       hf-fold compose heterofold/tiny-llama-code gguf/gemma3-270m-q4_k_m --via gguf/smollm2-135m-instruct-q4_1 --out runs/l2g
 
       hf-fold compose ./a ./b --via ./p --first runs/a2p --second runs/p2b --out runs/a2b --eval-windows 0
+
+      hf-fold compose ./a ./b --via ./p --rematch-data bundled:calib --out runs/a2b-rematched
     """
     from heterofold_hub.commands.compose import run_compose
 
     run_compose(ComposeArgs(sender=sender, receiver=receiver, via=via, out=out, first=first, second=second,
                             heldout=heldout, eval_windows=eval_windows, context_tokens=context_tokens,
                             continuation_tokens=continuation_tokens, batch_size=batch_size, registry=registry,
-                            hub_dir=hub_dir, token=token), console)
+                            hub_dir=hub_dir, token=token, rematch_data=rematch_data,
+                            rematch_windows=rematch_windows), console)
 
 
 @app.command("bench")

@@ -6,7 +6,8 @@
 # the short calibration of a composition gets a quarter of it.
 #
 #   bash benchmarks/pivot.sh train      # direct heterofold adapters tiny-llama -> SmolLM2 and -> Gemma 3 (runs/pivot/)
-#   bash benchmarks/pivot.sh compose [wide]  # each composed through the other real model, no training, scored
+#   bash benchmarks/pivot.sh compose [wide|rematch]  # each composed through the other real model, no training, scored;
+#                                       # rematch: the pivot K/V recoloured to the pivot's own moments (no gradient)
 #   bash benchmarks/pivot.sh calibrate  # each composition calibrated for 1.5 minutes
 #   bash benchmarks/pivot.sh baselines  # kv-ridge direct, same data
 #   bash benchmarks/pivot.sh bench      # composed vs direct transfer time at 512 and 2048 tokens
@@ -28,6 +29,16 @@ case "${1:-}" in
     cp runs/pivot/l2g/metrics.json $OUT/fidelity-l2g-direct.json
     ;;
   compose)  # the legs: this check's direct adapters and the shipped real-pair adapters (runs/real/)
+    if [ "${2:-}" = rematch ]; then  # v1.1.0 second legs, the first leg's pivot K/V recoloured to the pivot's moments
+      REMATCH="--rematch-data bundled:train-natural --rematch-windows 64"
+      $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide $REMATCH \
+        --out runs/pivot/l2g-via-s-rematch
+      $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide $REMATCH \
+        --out runs/pivot/l2s-via-g-rematch
+      cp runs/pivot/l2g-via-s-rematch/metrics.json $OUT/fidelity-l2g-composed-rematch.json
+      cp runs/pivot/l2s-via-g-rematch/metrics.json $OUT/fidelity-l2s-composed-rematch.json
+      exit 0
+    fi
     if [ "${2:-}" = wide ]; then  # the second leg: the real pair's v1.1.0 (bundled:wide) adapters
       $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide --out runs/pivot/l2g-via-s-wide
       $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide --out runs/pivot/l2s-via-g-wide

@@ -5,12 +5,14 @@
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
 #   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows; + kv-ridge
+#   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
 #   bash benchmarks/real_pair.sh prose       # fidelity on third-party prose (the 512 tables' 48 windows are all code)
 #   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
-#   bash benchmarks/real_pair.sh bench [s2g|g2s]  # transfer vs native prefill, 256 to 4096 tokens (both directions)
+#   bash benchmarks/real_pair.sh bench [s2g|g2s|all] [bfloat16]  # transfer vs native prefill, 256 to 4096 tokens
+#   bash benchmarks/real_pair.sh bf16        # the shipped adapters' fidelity with models, caches and maps in bf16
 #
 # `train` is what made the shipped adapters; each run's held-out table (metrics.json, 48 windows of bundled:unseen)
 # was copied to $OUT/fidelity-{g2s,s2g}-512.json. A first SmolLM2 -> Gemma 3 run on the default --data
@@ -48,6 +50,24 @@ case "${1:-}" in
     $FOLD train --sender $GEMMA --receiver $SMOL $KV_RIDGE --out runs/real/g2s-kv-ridge-wide
     cp runs/real/s2g-kv-ridge-wide/metrics.json $OUT/fidelity-s2g-512-kv-ridge-wide.json
     cp runs/real/g2s-kv-ridge-wide/metrics.json $OUT/fidelity-g2s-512-kv-ridge-wide.json
+    ;;
+  wide2)
+    # SmolLM2 -> Gemma 3 v1.2.0: bundled:wide again, on 400 windows, with a 16-minute calibration whose learning rate
+    # decays over the 205 steps that fit in it (v1.1.0 stopped at 153 of 250 steps, its rate still 0.45 of the peak),
+    # and training features stored in fp16. `wide2 score` scores it at 2048 tokens and on prose; `wide2 push`.
+    case "${2:-train}" in
+      train)
+        $FOLD train --sender $SMOL --receiver $GEMMA --data bundled:wide --windows 400 --max-minutes 16 --max-steps 205 \
+          --eval-windows 48 --out runs/real/s2g-wide2
+        cp runs/real/s2g-wide2/metrics.json $OUT/fidelity-s2g-512-wide2.json ;;
+      score)
+        $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+          --adapter runs/real/s2g-wide2 --json $OUT/fidelity-s2g-2048-wide2.json
+        $FOLD eval --sender $SMOL --receiver $GEMMA --data bundled:unseen-prose --windows 32 --methods '' \
+          --adapter runs/real/s2g-wide2 --json $OUT/fidelity-s2g-512-prose-wide2.json ;;
+      push)
+        $FOLD push runs/real/s2g-wide2 --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.2.0 --hub-dir hub ;;
+    esac
     ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
@@ -98,17 +118,27 @@ case "${1:-}" in
       --json $OUT/retrieval-s2g.json --plot $OUT/retrieval-s2g.png
     ;;
   bench)
-    # One direction with `bench s2g` or `bench g2s`; both without.
-    BENCH="--contexts 256,1024,2048,4096 --repeats 2"
-    if [ "${2:-s2g}" = s2g ]; then
-      $FOLD bench --sender $SMOL --receiver $GEMMA $BENCH --json $OUT/bench-s2g.json --plot $OUT/bench-s2g.png
+    # One direction with `bench s2g` or `bench g2s`, both with `bench all`; a third word `bfloat16` runs the models,
+    # caches and maps in bf16 (AMX matrix units on this CPU), written to bench-*-bf16.*.
+    DTYPE=${3:-float32}
+    SUFFIX=$([ "$DTYPE" = float32 ] && echo "" || echo "-bf16")
+    BENCH="--contexts 256,1024,2048,4096 --repeats 2 --dtype $DTYPE"
+    if [ "${2:-all}" != g2s ]; then
+      $FOLD bench --sender $SMOL --receiver $GEMMA $BENCH --json $OUT/bench-s2g$SUFFIX.json --plot $OUT/bench-s2g$SUFFIX.png
     fi
-    if [ "${2:-g2s}" = g2s ]; then
-      $FOLD bench --sender $GEMMA --receiver $SMOL $BENCH --json $OUT/bench-g2s.json --plot $OUT/bench-g2s.png
+    if [ "${2:-all}" != s2g ]; then
+      $FOLD bench --sender $GEMMA --receiver $SMOL $BENCH --json $OUT/bench-g2s$SUFFIX.json --plot $OUT/bench-g2s$SUFFIX.png
     fi
     ;;
+  bf16)
+    # What bf16 maps and models cost in quality: the shipped adapters scored in bf16 on the 512 tables' 48 windows.
+    $FOLD eval --sender $GEMMA --receiver $SMOL --windows 48 --methods "" --dtype bfloat16 \
+      --adapter runs/real/g2s-wide --json $OUT/fidelity-g2s-512-bf16.json
+    $FOLD eval --sender $SMOL --receiver $GEMMA --windows 48 --methods "" --dtype bfloat16 \
+      $(adapters runs/real/s2g-wide2 runs/real/s2g-wide) --json $OUT/fidelity-s2g-512-bf16.json
+    ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|wide|eval|baselines|long|prose|retrieval|bench" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|eval|baselines|long|prose|retrieval|bench|bf16" >&2
     exit 2
     ;;
 esac

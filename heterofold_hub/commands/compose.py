@@ -26,6 +26,8 @@ class ComposeArgs:
     registry: Path | None = None
     hub_dir: Path | None = None
     token: str | None = None
+    rematch_data: str | None = None  # calibration text: recolour the first leg's pivot K/V to the pivot's moments
+    rematch_windows: int = 64
 
     def validate(self) -> None:
         from heterofold_hub.hub.package import CONFIG_NAME
@@ -42,6 +44,14 @@ class ComposeArgs:
                 problems.append(f"{flag}: {folder} is not an adapter package (no {CONFIG_NAME})")
         if self.eval_windows < 0 or self.eval_windows == 1:
             problems.append(f"--eval-windows: {self.eval_windows}; give 0 (do not score) or at least 2")
+        if self.rematch_windows < 1:
+            problems.append(f"--rematch-windows: {self.rematch_windows} is too small (minimum 1)")
+        if self.rematch_data is not None and self.eval_windows > 0:
+            from heterofold_hub.commands.evaluate import trained_on_eval_text
+
+            if trained_on_eval_text(self.rematch_data, self.heldout):
+                problems.append(f"--rematch-data {self.rematch_data!r} shares text with --heldout {self.heldout!r}; "
+                                "held-out text must never be fitted on. Pass other --rematch-data.")
         if problems:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
@@ -63,9 +73,10 @@ def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=
 
 
 def compose_path(sender, receiver, *, via: str, registry, first: Path | None = None, second: Path | None = None,
-                 hub_dir=None, token=None):
+                 hub_dir=None, token=None, rematch_on=None):
     """The composed adapter ``sender`` -> ``via`` -> ``receiver`` (Sides; ``via`` a model id): each leg is the
-    package given (``first``/``second``) or the registry's best, checked against the models in use."""
+    package given (``first``/``second``) or the registry's best, checked against the models in use; with
+    ``rematch_on`` (calibration features sender -> via) re-matched at the pivot."""
     from heterofold_hub.methods.composed import compose
     from heterofold_hub.hub.registry import PairEnd
     from heterofold_hub.hub.resolve import pair_end
@@ -80,7 +91,7 @@ def compose_path(sender, receiver, *, via: str, registry, first: Path | None = N
     pivot = PairEnd(via, c.receiver_revision, c.receiver_tokenizer, c.receiver_spec)
     p2b, p2b_ref = leg(second, pivot, pair_end(receiver), registry=registry, hub_dir=hub_dir, token=token,
                        flag="--second")
-    composed = compose(a2p, p2b, first_ref=a2p_ref, second_ref=p2b_ref)
+    composed = compose(a2p, p2b, first_ref=a2p_ref, second_ref=p2b_ref, rematch_on=rematch_on)
     check_pair(composed, sender, receiver, source=f"the composition via {via}")
     return composed
 
@@ -97,6 +108,19 @@ def held_out_problem(adapter, heldout: str) -> str | None:
             "never be trained on. Pass other --heldout text.")
 
 
+def pivot_features(args: ComposeArgs, sender):
+    """Calibration features sender -> pivot on ``--rematch-data`` (the pivot model is loaded for this alone)."""
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.methods.features import collect
+
+    pivot = Side.load(args.via)
+    windows = make_windows(read_texts(args.rematch_data), pivot, max_windows=args.rematch_windows,
+                           context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+    return collect(sender, pivot, windows, batch_size=args.batch_size)
+
+
 def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     args.validate()
     from heterofold_hub import __version__
@@ -111,10 +135,12 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
 
     scoring = args.eval_windows > 0
     with console.status("loading models"):
-        sender = Side.load(args.sender, with_model=scoring)
+        sender = Side.load(args.sender, with_model=scoring or args.rematch_data is not None)
         receiver = Side.load(args.receiver, with_model=scoring)
+    rematch_on = None if args.rematch_data is None else pivot_features(args, sender)
     composed = compose_path(sender, receiver, via=args.via, registry=open_registry(args.registry), first=args.first,
-                            second=args.second, hub_dir=args.hub_dir, token=args.token)
+                            second=args.second, hub_dir=args.hub_dir, token=args.token, rematch_on=rematch_on)
+    del rematch_on
     for parent in composed.parents:
         console.print(f"parent: {parent.describe()}", highlight=False)
     console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer",
@@ -130,9 +156,10 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
         # check_pair made sure these are the models the parents name; the package speaks of them by those ids
         result.update(sender=composed.config.sender, receiver=composed.config.receiver)
         console.print(results_table(result))
+    rematched = {} if args.rematch_data is None else {"data": args.rematch_data, "rematch_windows": args.rematch_windows}
     composed.config = replace(composed.config, library_version=__version__, training_args={
         "via": args.via, "heldout": args.heldout, "eval_windows": args.eval_windows,
-        "context_tokens": args.context_tokens, "continuation_tokens": args.continuation_tokens})
+        "context_tokens": args.context_tokens, "continuation_tokens": args.continuation_tokens, **rematched})
     save_adapter(composed, args.out)
     if result is not None:
         write_json_atomic(args.out / METRICS_NAME, result)

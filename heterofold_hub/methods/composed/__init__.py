@@ -107,11 +107,13 @@ def check_provenance(config: AdapterConfig) -> None:
 
 
 def compose(first: PairAdapter, second: PairAdapter, *, first_ref: dict | None = None,
-            second_ref: dict | None = None) -> ComposedAdapter:
+            second_ref: dict | None = None, rematch_on=None) -> ComposedAdapter:
     """The affine adapter ``first`` (A -> P) then ``second`` (P -> B), exact up to float rounding.
 
     ``first_ref``/``second_ref``: ``{"repo_id": ..., "version": ...}`` of registered parents, recorded in the
-    provenance. Raises HeteroFoldError when either parent is not affine or the two do not meet at the same pivot.
+    provenance. ``rematch_on``: a CalibrationSet of A -> P; the first leg's pivot K/V are then recoloured to the
+    pivot's own moments on it (:func:`~heterofold_hub.methods.composed.rematch.rematch`) before composing. Raises
+    HeteroFoldError when either parent is not affine or the two do not meet at the same pivot.
     """
     _check_chain(first, second)
     d_in = first.config.sender_spec["kv_heads"] * first.config.sender_spec["head_dim"]
@@ -124,11 +126,17 @@ def compose(first: PairAdapter, second: PairAdapter, *, first_ref: dict | None =
                  "tokenizer": second.config.sender_tokenizer, "spec": second.config.sender_spec}
     parents = [Parent.of(role, adapter, **(ref or {})).to_dict()
                for role, adapter, ref in zip(ROLES, (first, second), (first_ref, second_ref))]
+    extra = {"pivot": pivot_end, "parents": parents, "union_sources": unions}
+    if rematch_on is not None:
+        from heterofold_hub.methods.composed.rematch import rematch
+
+        first = rematch(first, rematch_on)  # provenance above names the parent as published
+        extra["rematch_tokens"] = rematch_on.tokens
     c1, c2 = first.config, second.config
     config = AdapterConfig(
         method="composed", sender=c1.sender, receiver=c2.receiver, sender_spec=c1.sender_spec,
         receiver_spec=c2.receiver_spec, layer_sources=padded, min_native=c2.min_native,
-        extra={"pivot": pivot_end, "parents": parents, "union_sources": unions},
+        extra=extra,
         sender_revision=c1.sender_revision, receiver_revision=c2.receiver_revision,
         sender_tokenizer=c1.sender_tokenizer, receiver_tokenizer=c2.receiver_tokenizer,
     )
