@@ -8,7 +8,7 @@
 #   bash benchmarks/pivot.sh train      # direct heterofold adapters tiny-llama -> SmolLM2 and -> Gemma 3 (runs/pivot/)
 #   bash benchmarks/pivot.sh compose [wide|rematch]  # each composed through the other real model, no training, scored;
 #                                       # rematch: the pivot K/V recoloured to the pivot's own moments (no gradient)
-#   bash benchmarks/pivot.sh calibrate  # each composition calibrated for 1.5 minutes
+#   bash benchmarks/pivot.sh calibrate [l2g|l2s]  # each composition calibrated for 1.5 minutes
 #   bash benchmarks/pivot.sh baselines  # kv-ridge direct, same data
 #   bash benchmarks/pivot.sh bench      # composed vs direct transfer time at 512 and 2048 tokens
 set -euo pipefail
@@ -51,13 +51,17 @@ case "${1:-}" in
     cp runs/pivot/l2g-via-s/metrics.json $OUT/fidelity-l2g-composed.json
     cp runs/pivot/l2s-via-g/metrics.json $OUT/fidelity-l2s-composed.json
     ;;
-  calibrate)
-    $FOLD train --sender $LLAMA --receiver $GEMMA $SAME --init composed --init-adapter runs/pivot/l2g-via-s \
-      --max-minutes 1.5 --out runs/pivot/l2g-via-s-calibrated
-    $FOLD train --sender $LLAMA --receiver $SMOL $SAME --init composed --init-adapter runs/pivot/l2s-via-g \
-      --max-minutes 1.5 --out runs/pivot/l2s-via-g-calibrated
-    cp runs/pivot/l2g-via-s-calibrated/metrics.json $OUT/fidelity-l2g-composed-calibrated.json
-    cp runs/pivot/l2s-via-g-calibrated/metrics.json $OUT/fidelity-l2s-composed-calibrated.json
+  calibrate)  # both pairs, or one with `calibrate l2g` / `calibrate l2s`
+    if [ "${2:-l2g}" = l2g ]; then
+      $FOLD train --sender $LLAMA --receiver $GEMMA $SAME --init composed --init-adapter runs/pivot/l2g-via-s \
+        --max-minutes 1.5 --out runs/pivot/l2g-via-s-calibrated
+      cp runs/pivot/l2g-via-s-calibrated/metrics.json $OUT/fidelity-l2g-composed-calibrated.json
+    fi
+    if [ "${2:-l2s}" = l2s ]; then
+      $FOLD train --sender $LLAMA --receiver $SMOL $SAME --init composed --init-adapter runs/pivot/l2s-via-g \
+        --max-minutes 1.5 --out runs/pivot/l2s-via-g-calibrated
+      cp runs/pivot/l2s-via-g-calibrated/metrics.json $OUT/fidelity-l2s-composed-calibrated.json
+    fi
     ;;
   baselines)
     $FOLD train --sender $LLAMA --receiver $GEMMA $SAME --method kv-ridge --out runs/pivot/l2g-kv-ridge

@@ -140,7 +140,7 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     rematch_on = None if args.rematch_data is None else pivot_features(args, sender)
     composed = compose_path(sender, receiver, via=args.via, registry=open_registry(args.registry), first=args.first,
                             second=args.second, hub_dir=args.hub_dir, token=args.token, rematch_on=rematch_on)
-    del rematch_on
+    del rematch_on  # the pivot's features (GBs for a real pivot) are folded in: free them before scoring
     for parent in composed.parents:
         console.print(f"parent: {parent.describe()}", highlight=False)
     console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer",
