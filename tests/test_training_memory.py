@@ -1,6 +1,9 @@
 """What training holds in memory: sender features stored in fp16, and calibration statistics freed once the
 starting map is fitted (together 6 GB of the 16.9 GB a SmolLM2 -> Gemma 3 run on 320 windows peaked at)."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -59,3 +62,22 @@ def test_statistics_are_freed_only_by_their_last_reader(pair):
     assert seen[-1][:2] == (3, 3) and set(adapters) == {"heterofold", "kv-ridge"}  # kv-ridge still read them
     fit_methods(sender, receiver, ["kv-ridge", "heterofold"], windows, **fit)
     assert seen[-1] == (3, 0, {TRAINING_FEATURES_DTYPE})
+
+
+def test_training_batches_are_freed_when_the_fit_returns(pair):
+    """Not at some later garbage collection: Lightning keeps them in reference cycles."""
+    sender, receiver = pair
+    windows = make_windows(texts(), receiver, context_tokens=32, continuation_tokens=8, max_windows=4)
+    held = []
+
+    def heterofold(calib, **kwargs):
+        held.append(weakref.ref(kwargs["batches"][0].features[0][0]))
+        return calibrate(calib, **kwargs)
+
+    gc.disable()
+    try:
+        fit_methods(sender, receiver, ["heterofold"], windows, batch_size=2, progress=False,
+                    fitters={"heterofold": heterofold}, options={"heterofold": {"steps": 2, "init": "recolor"}})
+        assert held[0]() is None
+    finally:
+        gc.enable()

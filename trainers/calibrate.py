@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import warnings
 from dataclasses import dataclass
@@ -96,7 +97,13 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         # weights_only: resuming reads tensors and plain containers only, never unpickles arbitrary objects
         trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=o.ckpt_path,
                     weights_only=True)
-    return module.adapter.fold()
+    adapter = module.adapter.fold()
+    # The trainer holds the datamodule, and so the prepared batches (GBs on real pairs), in reference cycles:
+    # break them now, so the batches go when their caller lets go, not at some later collection (which would
+    # leave them alive through `hf-fold train`'s held-out evaluation).
+    del trainer, module
+    gc.collect()
+    return adapter
 
 
 def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", progress: bool = True):
