@@ -184,7 +184,8 @@ class LayerStream:
                 span = slice(first, min(first + step, stop))
                 out = slice(out_start + first - start, out_start + span.stop - start)
                 chunks.append(Chunk(rows=span, out=out, sender_rows=rows[span].flatten(),
-                                    unrotate=_turns_at(plan.unrotate, span), rotate=_turns_at(plan.rotate, span)))
+                                    unrotate=_turns_at(plan.turns("unrotate", self.compute_dtype), span),
+                                    rotate=_turns_at(plan.turns("rotate", self.compute_dtype), span)))
         return chunks
 
     @torch.no_grad()

@@ -49,6 +49,20 @@ class TransferPlan:
     native_rows: torch.Tensor
     padding_rows: torch.Tensor
 
+    def turns(self, kind: str, dtype: torch.dtype) -> list[Turn | None]:
+        """``unrotate`` or ``rotate`` with tables in ``dtype`` (that of the rows they turn: mixed dtypes would make
+        every turn convert and allocate fp32 temporaries), converted once per plan and dtype, so transfers slice
+        views of them."""
+        cached = self.__dict__.setdefault("_turns", {})
+        if (kind, dtype) not in cached:
+            converted: dict[int, Turn | None] = {}
+            for turn in getattr(self, kind):  # layers of one type share a turn; so do their conversions
+                if id(turn) not in converted:
+                    converted[id(turn)] = None if turn is None else Turn(turn.cos.to(dtype), turn.sin.to(dtype),
+                                                                           turn.rotary_dim)
+            cached[kind, dtype] = [converted[id(turn)] for turn in getattr(self, kind)]
+        return cached[kind, dtype]
+
     @property
     def batch_size(self) -> int:
         return self.alignment.sender_index.shape[0]
@@ -90,7 +104,7 @@ class Turn:
 
     def at(self, rows: slice) -> "Turn":
         """The tables of ``rows`` of the flattened ``[B * T]`` positions, ``[n, 1, D]`` to broadcast over the
-        heads of ``[n, H, D]``: slice once per chunk, apply to every layer."""
+        heads of ``[n, H, D]`` (views): slice once per chunk, apply to every layer."""
         pick = lambda t: t.flatten(0, 1)[rows, None]  # noqa: E731
         return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)
 
