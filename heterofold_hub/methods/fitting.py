@@ -13,7 +13,7 @@ from heterofold_hub.data.windows import Window, prepare_batch
 
 CLOSED_FORM = ("recolor", "kv-ridge")
 # Training batches hold every window's sender features for the whole run (7.5 GB in fp32 for 320 SmolLM2 windows);
-# fp16 halves that, and the map reads them back in fp32 (relative rounding 5e-4, far below the maps' error).
+# fp16 halves that, and the map reads them back in its own dtype (relative rounding 5e-4, far below its error).
 TRAINING_FEATURES_DTYPE = torch.float16
 
 

@@ -8,7 +8,7 @@ the mapping itself, and lets the plan be built while the sender is still prefill
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,12 +48,13 @@ class TransferPlan:
     sender_rows: torch.Tensor
     native_rows: torch.Tensor
     padding_rows: torch.Tensor
+    _converted: dict = field(default_factory=dict, repr=False, compare=False)  # (kind, dtype) -> turns
 
     def turns(self, kind: str, dtype: torch.dtype) -> list[Turn | None]:
         """``unrotate`` or ``rotate`` with tables in ``dtype`` (that of the rows they turn: mixed dtypes would make
         every turn convert and allocate fp32 temporaries), converted once per plan and dtype, so transfers slice
         views of them."""
-        cached = self.__dict__.setdefault("_turns", {})
+        cached = self._converted
         if (kind, dtype) not in cached:
             converted: dict[int, Turn | None] = {}
             for turn in getattr(self, kind):  # layers of one type share a turn; so do their conversions
