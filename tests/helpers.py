@@ -14,6 +14,8 @@ from heterofold_hub.transfer.kvcache import cache_layers
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv, sender_features
 from heterofold_hub.methods.affine import AffineAdapter
 from heterofold_hub.methods.base import AdapterConfig
+from heterofold_hub.methods import get_method
+from heterofold_hub.base_models.arch import kv_spec
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.data.windows import make_windows
 
@@ -38,6 +40,24 @@ class IdentityAdapter(AffineAdapter):
             for kind in "kv":
                 adapter.set_layer(layer, kind, eye, zero)
         return adapter
+
+
+def random_affine(sender_model, receiver_model, sources_per_layer: int, seed: int, method: str = "kv-ridge",
+                  sources: list[list[int]] | None = None):
+    """An affine adapter with random weights and biases between two models' KV layouts, reading ``sources`` per
+    receiver layer (default: ``sources_per_layer`` random sender layers each)."""
+    g = torch.Generator().manual_seed(seed)
+    send, recv = kv_spec(sender_model), kv_spec(receiver_model)
+    if sources is None:
+        sources = [sorted(torch.randperm(send.num_layers, generator=g)[:sources_per_layer].tolist())
+                   for _ in range(recv.num_layers)]
+    config = AdapterConfig(method=method, sender=sender_model.name_or_path, receiver=receiver_model.name_or_path,
+                           sender_spec=send.to_dict(), receiver_spec=recv.to_dict(), layer_sources=sources)
+    adapter = get_method(method)(config)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-2] ** 0.5 if p.dim() == 3 else 1.0))
+    return adapter
 
 
 def texts(n: int = 6, size: int = 2500) -> list[str]:

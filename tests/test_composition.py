@@ -15,7 +15,7 @@ from heterofold_hub.base_models.arch import kv_spec
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
 from heterofold_hub.methods.fitting import fit_methods
 from heterofold_hub.hub import LocalHub
-from heterofold_hub.methods import AdapterConfig, get_method
+from heterofold_hub.methods import get_method
 from heterofold_hub.methods.composed import ComposedAdapter, training_data
 from heterofold_hub.modeling import HeteroFoldModel
 from heterofold_hub.base_models.loading import Side
@@ -25,22 +25,7 @@ from heterofold_hub.hub.registry import NoAdapterError, Registry
 from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter, save_adapter
 
 from conftest import bpe_tokenizer, tiny_model, unigram_tokenizer
-from helpers import assert_same_cache, hf_fold, reference_layers, small_calibration, texts
-
-
-def random_affine(sender_model, receiver_model, sources_per_layer: int, seed: int, method: str = "kv-ridge"):
-    """An affine adapter with random sources, weights and biases between two models' KV layouts."""
-    g = torch.Generator().manual_seed(seed)
-    send, recv = kv_spec(sender_model), kv_spec(receiver_model)
-    sources = [sorted(torch.randperm(send.num_layers, generator=g)[:sources_per_layer].tolist())
-               for _ in range(recv.num_layers)]
-    config = AdapterConfig(method=method, sender=sender_model.name_or_path, receiver=receiver_model.name_or_path,
-                           sender_spec=send.to_dict(), receiver_spec=recv.to_dict(), layer_sources=sources)
-    adapter = get_method(method)(config)
-    with torch.no_grad():
-        for p in adapter.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-2] ** 0.5 if p.dim() == 3 else 1.0))
-    return adapter
+from helpers import assert_same_cache, hf_fold, random_affine, reference_layers, small_calibration, texts
 
 
 def features(adapter, layers: list[int], by_layer: dict) -> tuple[torch.Tensor, torch.Tensor]:

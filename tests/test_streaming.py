@@ -17,7 +17,7 @@ from heterofold_hub.transfer.fast import LayerStream, map_cache
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
-from helpers import assert_same_cache, kernels_or_skip, reference_layers, small_calibration, texts
+from helpers import assert_same_cache, kernels_or_skip, random_affine, reference_layers, small_calibration, texts
 
 
 @pytest.fixture(scope="module", params=["l2q", "q2l"])
@@ -217,3 +217,19 @@ def test_heterofold_model_plans_once_and_streams_layers():
     whole = model.transfer(sender_cache(sender, [text]), plan=plan)
     assert_same_cache(stream.cache(), [(l.keys, l.values) for l in whole.cache.layers], atol=0)
     assert model.generate(whole, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 4)
+
+
+@pytest.mark.parametrize("sources", [[[0, 2]] * 6, [[0, 2], [1, 2], [0, 2], [1, 2], [0, 2], [0, 2]]], ids=["all-shared", "mixed"])
+def test_receiver_layers_sharing_sources_equal_the_reference(sources, bpe, unigram, path):
+    """Receiver layers reading the same sender layers are mapped from one gathered input; sliding-window and
+    full-attention layers among them keep different rows, so they must still come out as the reference's."""
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model("gemma3_text", len(unigram), layers=6, seed=2), unigram)
+    adapter = random_affine(sender.model, receiver.model, 0, seed=3, method="heterofold", sources=sources)
+    pipe = TransferPipeline(adapter, sender, receiver)
+    batch = [texts()[2][:300], texts()[4][:120]]
+    cache, plan = sender_cache(sender, batch), pipe.plan(batch)
+    stream = LayerStream(adapter, plan, dtype=torch.float32, chunk_tokens=16)
+    done = [r for i, kv in enumerate(cache_layers(cache)) for r, _ in stream.push(i, *kv)]
+    assert sorted(done) == list(range(6))
+    assert_same_cache(stream.cache(), reference_layers(pipe, cache, plan))

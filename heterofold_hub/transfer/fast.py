@@ -3,7 +3,8 @@
 Per receiver layer and chunk of rows, every source sender layer's keys (un-rotated) and values are gathered
 token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
 ``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
-rounding), and the keys are re-rotated in place there. On CPU in float32 the gathers and turns run in one
+rounding), and the keys are re-rotated in place there. Receiver layers that read the same sender layers (a
+deeper receiver has runs of them) share one gathered input per chunk. On CPU in float32 the gathers and turns run in one
 pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`); elsewhere through torch ops
 (``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are stored token-major
 (``[B, Tr, Hr, Dr]`` memory handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value
@@ -134,15 +135,17 @@ class LayerStream:
         self._check(layer, keys, values)
         self.arrived[layer] = (keys, values)
         ready = sorted(r for r, sources in self.pending.items() if sources <= self.arrived.keys())
-        out = []
+        # Layers with the same sources and kept rows share one input per chunk: gathered once, mapped by each.
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
         for r in ready:
             del self.pending[r]
-            sources = [self.arrived[s] for s in self.adapter.config.layer_sources[r]]
-            self.mapped[r] = self._map_layer(r, sources)
-            out.append((r, self.mapped[r]))
+            sources = tuple(self.adapter.config.layer_sources[r])
+            groups.setdefault((sources, self.kept[self.windows[r]]), []).append(r)
+        for (sources, _), layers in groups.items():
+            self.mapped.update(self._map_layers(layers, [self.arrived[s] for s in sources]))
         needed = set().union(*self.pending.values()) if self.pending else set()
         self.arrived = {s: kv for s, kv in self.arrived.items() if s in needed}
-        return out
+        return [(r, self.mapped[r]) for r in ready]
 
     def cache(self):
         """The receiver ``DynamicCache``, once every sender layer the adapter uses has been pushed."""
@@ -189,31 +192,32 @@ class LayerStream:
         return chunks
 
     @torch.no_grad()
-    def _map_layer(self, r: int, sources: list[LayerKV]) -> LayerKV:
-        """Receiver layer ``r``'s keys and values ``[B, Hr, T, Dr]`` from its source sender layers (``T``: ``Tr``, or
-        the layer's window)."""
+    def _map_layers(self, layers: list[int], sources: list[LayerKV]) -> dict[int, LayerKV]:
+        """Keys and values ``[B, Hr, T, Dr]`` of receiver ``layers``, which all read ``sources`` and keep the same
+        rows (``T``: ``Tr``, or their window)."""
         plan, spec = self.plan, self.receiver_spec
-        kept = self.kept[self.windows[r]]
+        kept = self.kept[self.windows[layers[0]]]
         shape = (plan.batch_size, kept, spec["kv_heads"], spec["head_dim"])
-        keys = torch.empty(shape, dtype=self.dtype, device=self.device)  # token-major, like the map's output
-        values = torch.empty_like(keys)
-        key_rows, value_rows = keys.view(-1, *shape[2:]), values.view(-1, *shape[2:])  # [B * T, Hr, Dr]
+        made = {r: (torch.empty(shape, dtype=self.dtype, device=self.device),  # token-major, like the map's output
+                    torch.empty(shape, dtype=self.dtype, device=self.device)) for r in layers}
+        rows = {r: tuple(x.view(-1, *shape[2:]) for x in kv) for r, kv in made.items()}  # [B * T, Hr, Dr]
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
-        work = _LayerWork(r, self.adapter.config.layer_sources[r], self.chunks[kept], flat)
+        work = _LayerWork(self.adapter.config.layer_sources[layers[0]], self.chunks[kept], flat)
         if self.affine:
-            (k_weight, k_bias), (v_weight, v_bias) = self.adapter.affine_maps(r)
-            self._map_affine(work, 0, k_weight, k_bias, key_rows)
-            self._map_affine(work, 1, v_weight, v_bias, value_rows)
+            maps = {r: self.adapter.affine_maps(r) for r in layers}
+            for kind in (0, 1):
+                self._map_affine(work, kind, {r: (*maps[r][kind], rows[r][kind]) for r in layers})
         else:
-            self._map_any(work, key_rows, value_rows)
+            for r in layers:
+                self._map_any(work, r, *rows[r])
         native_rows, native_at, padding_rows = self.kept_rows[kept]
-        native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
-        key_rows.index_copy_(0, native_rows, native_k.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
-        value_rows.index_copy_(0, native_rows, native_v.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
-        key_rows.index_fill_(0, padding_rows, 0)
-        value_rows.index_fill_(0, padding_rows, 0)
-        return keys.transpose(1, 2), values.transpose(1, 2)
+        for r in layers:
+            native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
+            for layer_rows, native in zip(rows[r], (native_k, native_v)):
+                layer_rows.index_copy_(0, native_rows, native.transpose(1, 2).flatten(0, 1)[native_at].to(self.dtype))
+                layer_rows.index_fill_(0, padding_rows, 0)
+        return {r: (keys.transpose(1, 2), values.transpose(1, 2)) for r, (keys, values) in made.items()}
 
     def _kept_rows(self, rows: torch.Tensor, kept: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Of plan ``rows`` (indices into ``[B * Tr]``), those among each row's last ``kept`` positions, as indices
@@ -232,32 +236,34 @@ class LayerStream:
             buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=self.compute_dtype, device=self.device)
         return buffer
 
-    def _map_affine(self, work: "_LayerWork", kind: int, weight: torch.Tensor, bias: torch.Tensor,
-                    layer: torch.Tensor) -> None:
-        """Keys (``kind`` 0) or values (1) ``[B * T, Hr, Dr]`` of a layer with an affine map: per chunk, one
-        ``addmm`` of the sources side by side (the reference path's rounding) straight into the cache, then keys
-        turned in place."""
+    def _map_affine(self, work: "_LayerWork", kind: int,
+                    targets: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+        """Keys (``kind`` 0) or values (1) of layers with an affine map, ``targets`` ``{r: (weight, bias, layer rows
+        [B * T, Hr, Dr])}``: per chunk, the sources gathered side by side once, then for each layer one ``addmm``
+        (the reference path's rounding) straight into the cache, and keys turned in place."""
         inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
-        mapped = None if self.direct else self._buffer("mapped", *layer.shape[1:])
+        some_layer = next(iter(targets.values()))[2]
+        mapped = None if self.direct else self._buffer("mapped", *some_layer.shape[1:])
         for chunk in work.chunks:
-            out = layer[chunk.out] if self.direct else mapped[:chunk.size]
-            torch.addmm(bias, self._input(work, kind, chunk, inputs), weight, out=out.view(chunk.size, -1))
-            rotate = chunk.rotate[work.layer]
-            if kind == 0 and rotate is not None:
-                self._turn(out, rotate)
-            if not self.direct:  # rounded once, after the map and the turn
-                layer[chunk.out] = out
+            x = self._input(work, kind, chunk, inputs)
+            for r, (weight, bias, layer) in targets.items():
+                out = layer[chunk.out] if self.direct else mapped[:chunk.size]
+                torch.addmm(bias, x, weight, out=out.view(chunk.size, -1))
+                rotate = chunk.rotate[r]
+                if kind == 0 and rotate is not None:
+                    self._turn(out, rotate)
+                if not self.direct:  # rounded once, after the map and the turn
+                    layer[chunk.out] = out
 
-    def _map_any(self, work: "_LayerWork", keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Keys and values ``[B * T, Hr, Dr]`` through ``adapter.map_layer`` on the concatenated sources (any map,
-        e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
+    def _map_any(self, work: "_LayerWork", r: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Keys and values ``[B * T, Hr, Dr]`` of layer ``r`` through ``adapter.map_layer`` on the concatenated
+        sources (any map, e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
         inputs = [self._buffer(name, len(work.flat) * self.sender_width) for name in ("inputs", "inputs_v")]
         for chunk in work.chunks:
             n = chunk.size
-            y_k, y_v = self.adapter.map_layer(work.layer, *(self._input(work, kind, chunk, inputs[kind])[None]
-                                                            for kind in (0, 1)))
+            y_k, y_v = self.adapter.map_layer(r, *(self._input(work, kind, chunk, inputs[kind])[None] for kind in (0, 1)))
             y_k = y_k.view(n, *keys.shape[1:])  # [1, n, out] -> [n, Hr, Dr]
-            rotate = chunk.rotate[work.layer]
+            rotate = chunk.rotate[r]
             if rotate is not None:
                 self._turn(y_k, rotate)
             keys[chunk.out] = y_k
@@ -291,10 +297,9 @@ class LayerStream:
 
 @dataclass
 class _LayerWork:
-    """One receiver layer being mapped: its index, source sender layers, the chunks of rows it keeps and the
-    sources flattened to ``[B * Hs * Ts, Ds]`` (keys, values)."""
+    """Receiver layers being mapped from the same sources: those source sender layers, the chunks of rows the
+    layers keep and the sources flattened to ``[B * Hs * Ts, Ds]`` (keys, values)."""
 
-    layer: int
     sources: list[int]
     chunks: list[Chunk]
     flat: list[LayerKV]
