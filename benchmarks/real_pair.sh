@@ -11,7 +11,7 @@
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
 #   bash benchmarks/real_pair.sh prose       # fidelity on third-party prose (the 512 tables' 48 windows are all code)
 #   bash benchmarks/real_pair.sh retrieval   # exact-match retrieval with Gemma 3 as receiver at 512, 1024, 2048
-#   bash benchmarks/real_pair.sh bench [s2g|g2s|all] [bfloat16]  # transfer vs native prefill, 256 to 4096 tokens
+#   bash benchmarks/real_pair.sh bench [s2g|g2s|all] [bfloat16]  # transfer vs native prefill, 256 to 8192 tokens
 #   bash benchmarks/real_pair.sh bf16        # the shipped adapters' fidelity with models, caches and maps in bf16
 #
 # `train` is what made the shipped adapters; each run's held-out table (metrics.json, 48 windows of bundled:unseen)
@@ -122,7 +122,7 @@ case "${1:-}" in
     # caches and maps in bf16 (AMX matrix units on this CPU), written to bench-*-bf16.*.
     DTYPE=${3:-float32}
     SUFFIX=$([ "$DTYPE" = float32 ] && echo "" || echo "-bf16")
-    BENCH="--contexts 256,1024,2048,4096 --repeats 2 --dtype $DTYPE"
+    BENCH="--contexts 256,1024,2048,4096,8192 --repeats 3 --dtype $DTYPE"
     if [ "${2:-all}" != g2s ]; then
       $FOLD bench --sender $SMOL --receiver $GEMMA $BENCH --json $OUT/bench-s2g$SUFFIX.json --plot $OUT/bench-s2g$SUFFIX.png
     fi
