@@ -17,9 +17,8 @@ import pytest
 
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.registry import (
-    SPEC_FIELDS, OPTIONAL_SPEC_FIELDS, NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry,
-)
+from heterofold_hub.hub.registry import NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry
+from heterofold_hub.hub.registry_schema import OPTIONAL_SPEC_FIELDS, SPEC_FIELDS
 
 FIXTURE = Path(__file__).parent / "data" / "registry" / "registry.json"
 L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
