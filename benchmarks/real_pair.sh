@@ -6,6 +6,7 @@
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
 #   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows; + kv-ridge
 #   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
+#   bash benchmarks/real_pair.sh wide3 [train|score]  # v1.2.0's run with 100 synthetic recall documents added
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
@@ -67,6 +68,32 @@ case "${1:-}" in
           --adapter runs/real/s2g-wide2 --json $OUT/fidelity-s2g-512-prose-wide2.json ;;
       push)
         $FOLD push runs/real/s2g-wide2 --repo heterofold/smollm2-135m-to-gemma3-270m --version 1.2.0 --hub-dir hub ;;
+    esac
+    ;;
+  wide3)
+    # SmolLM2 -> Gemma 3 trained for retrieval too: bundled:wide plus the first 100 synthetic recall documents of
+    # bundled:train ("# the code of X is NNNNN" facts, filler, then recall questions; the retrieval eval draws no
+    # fact that occurs there), written to runs/real/wide-recall.jsonl. Otherwise v1.2.0's command.
+    case "${2:-train}" in
+      train)
+        .venv/bin/python - <<'PY'
+import json
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.evaluation.retrieval import FACT_RE
+from heterofold_hub.io import write_bytes_atomic
+recall = [t for t in read_texts("bundled:train") if FACT_RE.search(t)][:100]
+docs = read_texts("bundled:wide") + recall
+write_bytes_atomic("runs/real/wide-recall.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in docs).encode())
+PY
+        $FOLD train --sender $SMOL --receiver $GEMMA --data runs/real/wide-recall.jsonl --windows 400 --max-minutes 16 \
+          --max-steps 205 --eval-windows 48 --out runs/real/s2g-wide3
+        cp runs/real/s2g-wide3/metrics.json $OUT/fidelity-s2g-512-wide3.json ;;
+      score)
+        $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods '' \
+          --adapter runs/real/s2g-wide3 --adapter runs/real/s2g-wide2 --json $OUT/retrieval-s2g-wide3.json \
+          --plot $OUT/retrieval-s2g-wide3.png
+        $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+          --adapter runs/real/s2g-wide3 --json $OUT/fidelity-s2g-2048-wide3.json ;;
     esac
     ;;
   eval)
