@@ -1,6 +1,6 @@
 """Two post-hoc changes to the SmolLM2 -> Gemma 3 adapter, scored on held-out windows beside the adapter as is.
 
-    .venv/bin/python benchmarks/probes/s2g_post_hoc.py [ADAPTER_DIR] [--windows 16]
+    .venv/bin/python benchmarks/probes/s2g_post_hoc.py [ADAPTER_DIR] [--windows 16] [--json OUT]
 
 - ``key-norm-0.2`` / ``key-norm-0.05``: each predicted (un-rotated) key rescaled so that its k_norm-normalised norm
   over the dimensions whose scale ``1 + w`` exceeds 0.2 (0.05) equals the native keys' mean on training text
@@ -13,6 +13,7 @@ Neither is part of the library: this script measures whether either should be (R
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
 
@@ -21,6 +22,7 @@ from heterofold_hub.data.texts import read_texts
 from heterofold_hub.data.windows import make_windows
 from heterofold_hub.evaluation.fidelity import evaluate
 from heterofold_hub.hub.package import load_adapter
+from heterofold_hub.io import write_json_atomic
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.transfer import forward
 from heterofold_hub.transfer.kvcache import full_cache
@@ -86,6 +88,7 @@ def main() -> None:
     parser.add_argument("adapter", nargs="?", default="runs/real/s2g-wide2")
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--context-tokens", type=int, default=512)
+    parser.add_argument("--json", type=Path, help="also write the evaluation result here")
     args = parser.parse_args()
     smol, gemma = Side.load(SMOL), Side.load(GEMMA)
     adapter = load_adapter(args.adapter)
@@ -98,6 +101,8 @@ def main() -> None:
     windows = make_windows(read_texts("bundled:unseen"), gemma, max_windows=args.windows,
                            context_tokens=args.context_tokens, continuation_tokens=64)
     result = evaluate(smol, gemma, variants, windows, batch_size=4)
+    if args.json:
+        write_json_atomic(args.json, {**result, "adapter": args.adapter})
     print(json.dumps({name: {k: round(row[k], 4) for k in ("recovered", "recovered_se", "kl")}
                       for name, row in result["methods"].items()}, indent=1))
 

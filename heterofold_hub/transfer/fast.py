@@ -142,7 +142,7 @@ class LayerStream:
             sources = tuple(self.adapter.config.layer_sources[r])
             groups.setdefault((sources, self.kept[self.windows[r]]), []).append(r)
         for (sources, _), layers in groups.items():
-            self.mapped.update(self._map_layers(layers, [self.arrived[s] for s in sources]))
+            self.mapped.update(self._map_layers(layers, list(sources)))
         needed = set().union(*self.pending.values()) if self.pending else set()
         self.arrived = {s: kv for s, kv in self.arrived.items() if s in needed}
         return [(r, self.mapped[r]) for r in ready]
@@ -192,9 +192,9 @@ class LayerStream:
         return chunks
 
     @torch.no_grad()
-    def _map_layers(self, layers: list[int], sources: list[LayerKV]) -> dict[int, LayerKV]:
-        """Keys and values ``[B, Hr, T, Dr]`` of receiver ``layers``, which all read ``sources`` and keep the same
-        rows (``T``: ``Tr``, or their window)."""
+    def _map_layers(self, layers: list[int], sources: list[int]) -> dict[int, LayerKV]:
+        """Keys and values ``[B, Hr, T, Dr]`` of receiver ``layers``, which all read sender layers ``sources`` and
+        keep the same rows (``T``: ``Tr``, or their window)."""
         plan, spec = self.plan, self.receiver_spec
         kept = self.kept[self.windows[layers[0]]]
         shape = (plan.batch_size, kept, spec["kv_heads"], spec["head_dim"])
@@ -202,8 +202,9 @@ class LayerStream:
                     torch.empty(shape, dtype=self.dtype, device=self.device)) for r in layers}
         rows = {r: tuple(x.view(-1, *shape[2:]) for x in kv) for r, kv in made.items()}  # [B * T, Hr, Dr]
         s_dim = self.sender_spec["head_dim"]
-        flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim)) for k, v in sources]
-        work = _LayerWork(self.adapter.config.layer_sources[layers[0]], self.chunks[kept], flat)
+        flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim))
+                for k, v in (self.arrived[source] for source in sources)]
+        work = _LayerWork(sources, self.chunks[kept], flat)
         if self.affine:
             maps = {r: self.adapter.affine_maps(r) for r in layers}
             for kind in (0, 1):
@@ -242,8 +243,8 @@ class LayerStream:
         [B * T, Hr, Dr])}``: per chunk, the sources gathered side by side once, then for each layer one ``addmm``
         (the reference path's rounding) straight into the cache, and keys turned in place."""
         inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
-        some_layer = next(iter(targets.values()))[2]
-        mapped = None if self.direct else self._buffer("mapped", *some_layer.shape[1:])
+        spec = self.receiver_spec
+        mapped = None if self.direct else self._buffer("mapped", spec["kv_heads"], spec["head_dim"])
         for chunk in work.chunks:
             x = self._input(work, kind, chunk, inputs)
             for r, (weight, bias, layer) in targets.items():
