@@ -41,7 +41,8 @@ AUTO_BATCHES = 4  # training batches that score the candidate starting points
 class CalibrationOptions(MethodOptions):
     """HeteroFold's training options: ``steps`` optimizer steps (or fewer, ``max_minutes``) of AdamW at peak ``lr``
     on full-rank (``lora_rank=0``) or LoRA corrections, from the ``init`` starting map over ``sender_layers``;
-    Lightning's ``precision``, ``devices``, ``strategy`` and ``accumulate``; checkpoints in ``default_root_dir``,
+    Lightning's ``precision``, ``devices``, ``strategy`` and ``accumulate``; a loss weighted ``1 + copy_weight`` on
+    targets copyable from the context; checkpoints in ``default_root_dir``,
     resumed from ``ckpt_path``."""
 
     steps: int = 100
@@ -54,6 +55,7 @@ class CalibrationOptions(MethodOptions):
     devices: int | str = 1
     strategy: str = "auto"
     accumulate: int = 1
+    copy_weight: float = 0.0  # extra loss weight on targets copyable from the context (Batch.copied_targets)
     default_root_dir: str | None = None
     ckpt_path: str | None = None
     start: object = None  # init="composed": the affine adapter to start from (heterofold_hub.compose)
@@ -61,6 +63,8 @@ class CalibrationOptions(MethodOptions):
     def __post_init__(self):
         if self.init not in INIT_CHOICES:
             raise HeteroFoldError(f"heterofold: init={self.init!r}; choose from {', '.join(INIT_CHOICES)}")
+        if not self.copy_weight >= 0:
+            raise HeteroFoldError(f"heterofold: copy_weight={self.copy_weight}; give 0 (a plain mean) or a positive weight")
         if (self.init == "composed") != (self.start is not None):
             raise HeteroFoldError("heterofold: init='composed' needs start=<an affine adapter> (and start needs "
                                   f"init='composed'); got init={self.init!r}, start={type(self.start).__name__}")
@@ -82,9 +86,9 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
     else:
         start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
     if calib is not None:
-        calib.free()  # only if its holder is done with it
+        calib.free()  # only if its holder is done with it (starting_map already has)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
-                               max_steps=o.steps)
+                               max_steps=o.steps, copy_weight=o.copy_weight)
     trainer = L.Trainer(
         accelerator="auto", devices=o.devices, strategy=o.strategy, precision=o.precision, max_steps=o.steps,
         max_time={"minutes": o.max_minutes} if o.max_minutes else None, accumulate_grad_batches=o.accumulate,
@@ -112,6 +116,7 @@ def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "a
     names = list(INITS) if init == "auto" else [init]
     candidates = {name: get_method(INITS[name][0]).fit(calib, sender_layers=sender_layers, **INITS[name][1])
                   for name in names}
+    calib.free()  # before the batches are read: fit_methods' TrainingBatches are prepared on first read
     scores = {}
     if len(candidates) > 1:
         with torch.no_grad():
