@@ -152,6 +152,9 @@ def train_command(
                              "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
                              "composed (two adapters through a pivot: --via or --init-adapter)."),
     max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
+    copy_weight: float = typer.Option(TrainArgs.copy_weight, help="Extra calibration-loss weight on continuation "
+                                      "tokens that repeat the context (4-gram match): the tokens a receiver copies, "
+                                      "as in retrieval. 0: every token weighs the same."),
     via: Optional[str] = typer.Option(None, "--via", help="--init composed: the pivot whose registered adapters "
                                       "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
     init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init composed: start from this "
@@ -178,7 +181,7 @@ def train_command(
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, init=init, calib_windows=calib_windows,
-                        max_minutes=max_minutes, via=via, init_adapter=init_adapter), console)
+                        max_minutes=max_minutes, copy_weight=copy_weight, via=via, init_adapter=init_adapter), console)
 
 
 @app.command("compose")

@@ -14,18 +14,30 @@ from .faults import Diverged
 from .unfolded import UnfoldedAffine
 
 
-def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens of KL(teacher || student); logits ``[B, M, V]``."""
+def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over tokens of KL(teacher || student); logits ``[B, M, V]``, optional token ``weights`` ``[B, M]``
+    (a weighted mean)."""
     t = teacher.float().log_softmax(-1)
-    return (t.exp() * (t - student.float().log_softmax(-1))).sum(-1).mean()
+    per_token = (t.exp() * (t - student.float().log_softmax(-1))).sum(-1)
+    if weights is None:
+        return per_token.mean()
+    weights = weights.to(per_token)
+    return (per_token * weights).sum() / weights.sum()
+
+
+def copy_weights(batch: Batch, copy_weight: float) -> torch.Tensor | None:
+    """``[B, M]``: 1 + ``copy_weight`` on the targets the context could be copied from (``Batch.copied_targets``),
+    1 elsewhere; None for 0 (the plain mean)."""
+    return None if copy_weight == 0 else 1 + copy_weight * batch.copied_targets().float()
 
 
 class CalibrationModule(L.LightningModule):
     """Holds the trainable adapter; the frozen receiver is attached, not owned, so checkpoints stay small."""
 
-    def __init__(self, adapter: UnfoldedAffine, receiver: Side, *, lr: float = 3e-3, weight_decay: float = 0.0, max_steps: int = 100):
+    def __init__(self, adapter: UnfoldedAffine, receiver: Side, *, lr: float = 3e-3, weight_decay: float = 0.0,
+                 max_steps: int = 100, copy_weight: float = 0.0):
         super().__init__()
-        self.save_hyperparameters({"lr": lr, "weight_decay": weight_decay, "max_steps": max_steps,
+        self.save_hyperparameters({"lr": lr, "weight_decay": weight_decay, "max_steps": max_steps, "copy_weight": copy_weight,
                                    "lora_rank": adapter.lora_rank, "adapter_config": adapter.config.to_dict()})
         self.adapter = adapter
         self._receiver = [receiver]  # a list keeps the receiver out of state_dict and parameters()
@@ -40,7 +52,8 @@ class CalibrationModule(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         with torch.no_grad():
             teacher = native_logits(self.receiver, batch)
-        loss = kl_to_teacher(transferred_logits(self.adapter, self.receiver, batch), teacher)
+        weights = copy_weights(batch, self.hparams.copy_weight)
+        loss = kl_to_teacher(transferred_logits(self.adapter, self.receiver, batch), teacher, weights)
         if not torch.isfinite(loss):
             raise Diverged(f"the calibration loss became {loss.item()} at step {self.global_step}", self.global_step)
         self.log("kl", loss, prog_bar=True, batch_size=len(batch))

@@ -44,6 +44,7 @@ class TrainArgs:
     init: str = "auto"
     calib_windows: int = 64
     max_minutes: float | None = None
+    copy_weight: float = 0.0
     via: str | None = None  # --init composed: the pivot model whose registered legs are composed
     init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
 
@@ -86,6 +87,10 @@ class TrainArgs:
             problems.append(f"--init-adapter: {self.init_adapter} is not an adapter package (no adapter_config.json)")
         if self.max_minutes is not None and not self.max_minutes > 0:
             problems.append(f"--max-minutes: {self.max_minutes} must be positive (or left out)")
+        if not self.copy_weight >= 0:
+            problems.append(f"--copy-weight: {self.copy_weight} must be 0 (a plain mean over targets) or positive")
+        elif self.copy_weight and self.method != "heterofold":
+            problems.append(f"--copy-weight weights heterofold's calibration loss; --method is {self.method!r}")
         if self.lora_rank < 0:
             problems.append(f"--lora-rank: {self.lora_rank} must be 0 (full-rank corrections) or positive")
         if self.continuation_tokens >= self.context_tokens:
@@ -126,7 +131,7 @@ def method_options(args: TrainArgs) -> dict:
     lr = CalibrationOptions.lr if args.lr is None else args.lr
     return {**options, "lr": lr, "steps": args.max_steps, "lora_rank": args.lora_rank, "precision": args.precision,
             "devices": args.devices if args.devices == "auto" else int(args.devices), "strategy": args.strategy,
-            "accumulate": args.accumulate, "default_root_dir": str(args.out / "checkpoints"),
+            "accumulate": args.accumulate, "copy_weight": args.copy_weight, "default_root_dir": str(args.out / "checkpoints"),
             "ckpt_path": "last" if args.resume else None, "init": args.init, "max_minutes": args.max_minutes}
 
 

@@ -78,6 +78,9 @@ def make_windows(
     return windows
 
 
+COPY_NGRAM = 4  # a target is a copy when it and the 3 tokens before it occur together in the context
+
+
 @dataclass
 class Batch:
     """Windows made ready for the receiver; sender features already gathered and un-rotated.
@@ -96,6 +99,21 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.query)
+
+    def copied_targets(self, ngram: int = COPY_NGRAM) -> torch.Tensor:
+        """``[B, M]`` bool: targets the context could be copied from, i.e. the ``ngram`` tokens ending at the
+        target (itself and the ``ngram - 1`` before it, which may reach back into the context) also occur
+        consecutively in the context. Where such a target is predicted, the receiver reads the transferred cache."""
+        prefix, steps = len(self.prefix), self.query.shape[1]
+        copied = torch.zeros(self.targets.shape, dtype=torch.bool)
+        for row, (ids, targets) in enumerate(zip(self.native_ids.tolist(), self.targets.tolist())):
+            tokens = ids + targets[-1:]  # prefix + context + continuation
+            context = tokens[prefix : len(tokens) - steps]
+            seen = {tuple(context[i : i + ngram]) for i in range(len(context) - ngram + 1)}
+            for t in range(steps):
+                end = len(tokens) - steps + t + 1
+                copied[row, t] = tuple(tokens[end - ngram : end]) in seen
+        return copied
 
 
 def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.Tensor]]:
