@@ -7,6 +7,7 @@
 #   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows; + kv-ridge
 #   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
 #   bash benchmarks/real_pair.sh wide3 [train|score]  # v1.2.0's run with 100 synthetic recall documents added
+#   bash benchmarks/real_pair.sh wide4 [train|score]  # wide3 with the loss weighted 4x on targets copied from the context
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
@@ -96,6 +97,21 @@ PY
           --adapter runs/real/s2g-wide3 --json $OUT/fidelity-s2g-2048-wide3.json ;;
     esac
     ;;
+  wide4)
+    # wide3's run (runs/real/wide-recall.jsonl: `wide3 train` writes it) with --copy-weight 3: targets that repeat the
+    # context (34% of that text's continuation tokens) carry 4x the loss, 68% of it in all.
+    case "${2:-train}" in
+      train)
+        $FOLD train --sender $SMOL --receiver $GEMMA --data runs/real/wide-recall.jsonl --windows 400 --max-minutes 16 \
+          --max-steps 205 --copy-weight 3 --eval-windows 48 --out runs/real/s2g-wide4
+        cp runs/real/s2g-wide4/metrics.json $OUT/fidelity-s2g-512-wide4.json ;;
+      score)
+        $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods '' \
+          --adapter runs/real/s2g-wide4 --json $OUT/retrieval-s2g-wide4.json --plot $OUT/retrieval-s2g-wide4.png
+        $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+          --adapter runs/real/s2g-wide4 --json $OUT/fidelity-s2g-2048-wide4.json ;;
+    esac
+    ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
     # recolor and kv-ridge fitted on the training text (prints the tables; the committed figures come from below).
@@ -172,7 +188,7 @@ PY
       $(adapters runs/real/s2g-wide2 runs/real/s2g-wide) --json $OUT/fidelity-s2g-512-bf16.json
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|eval|baselines|long|prose|retrieval|bench|bf16" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|wide3|wide4|eval|baselines|long|prose|retrieval|bench|bf16" >&2
     exit 2
     ;;
 esac
