@@ -12,10 +12,10 @@ from rich.console import Console
 from heterofold_hub.errors import HeteroFoldError
 
 console = Console()
+# Options shared by the hub commands (JSON_OUT and PIVOT also by cli.py's).
 JSON_OUT = typer.Option(False, "--json", help="Print the registry records as JSON.")
 PIVOT = typer.Option(None, "--pivot", help="auto | a model id: where no direct adapter is registered, compose "
                      "registered adapters sender -> pivot -> receiver (auto: the best recorded path).")
-# Options shared by the hub commands.
 REGISTRY = typer.Option(None, "--registry", help="registry.json to read and update (default: the project's, or $HF_FOLD_REGISTRY).")
 HUB_DIR = typer.Option(None, "--hub-dir", help="Local hub root (default $HF_FOLD_HOME or ~/.cache/heterofold); download cache for remote hubs.")
 TOKEN = typer.Option(None, "--token", help="Token for a remote hub (default: huggingface_hub's stored token).")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 from collections.abc import Sequence
 
+import torch
 from rich.progress import Progress
 
 from heterofold_hub.methods.features import collect
@@ -24,7 +23,7 @@ TRAINING_FEATURES_DTYPE = torch.float16
 class TrainingBatches(Sequence):
     """The training batches of ``windows`` (sender prefill, alignment, features in ``TRAINING_FEATURES_DTYPE``),
     prepared on first read: a fit reads its calibration statistics first and frees them before these exist
-    (4.7 GB of features for 400 SmolLM2 -> Gemma 3 windows beside 2.7 GB of statistics was the run's peak)."""
+    (4.5 GB of features for 400 SmolLM2 -> Gemma 3 windows beside 2.7 GB of statistics was such a run's peak)."""
 
     def __init__(self, windows: list[Window], sender: Side, receiver: Side, *, batch_size: int, progress: bool = True):
         self.windows, self.sender, self.receiver, self.batch_size, self.progress = windows, sender, receiver, batch_size, progress
