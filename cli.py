@@ -144,6 +144,8 @@ def train_command(
     resume: bool = typer.Option(TrainArgs.resume, help="Resume from the last checkpoint in OUT/checkpoints."),
     sender_layers: str = typer.Option(TrainArgs.sender_layers, help="Sender layers the maps read: all | full (only layers whose cache "
                                       "keeps every position, so a Gemma 3 sender's default cache can be mapped)."),
+    sources_per_layer: int = typer.Option(TrainArgs.sources_per_layer, help="Sender layers each receiver layer's map "
+                                          "reads (the best-correlated ones, or the nearest in depth)."),
     init: str = typer.Option(TrainArgs.init, help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
                              "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
                              "composed (two adapters through a pivot: --via or --init-adapter)."),
@@ -176,8 +178,8 @@ def train_command(
                         max_steps=max_steps, context_tokens=context_tokens, continuation_tokens=continuation_tokens,
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
-                        resume=resume, sender_layers=sender_layers, init=init, calib_windows=calib_windows,
-                        max_minutes=max_minutes, copy_weight=copy_weight, via=via, init_adapter=init_adapter), console)
+                        resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
+                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via, init_adapter=init_adapter), console)
 
 
 @app.command("compose")

@@ -127,3 +127,21 @@ def test_train_refuses_empty_and_too_short_data(pair_dirs, tmp_path):
                       "--context-tokens", "48", "--continuation-tokens", "8")
         assert run.returncode == 2 and message in run.stdout and "Traceback" not in run.stdout + run.stderr, run.stdout
         assert not (tmp_path / "out" / "adapter_config.json").exists()
+
+
+def test_train_sources_per_layer_sets_how_many_sender_layers_each_map_reads(pair_dirs, tmp_path):
+    out = tmp_path / "three"
+    run = hf_fold(*train_args(pair_dirs, out, "--sources-per-layer", "3", "--max-steps", "1"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    config = load_adapter(out).config
+    assert config.layer_sources == [[0, 1, 2], [0, 1, 2]]  # the sender has 3 layers, the receiver 2
+    assert config.training_args["sources_per_layer"] == 3
+
+
+def test_train_refuses_more_sources_per_layer_than_the_sender_has(pair_dirs, tmp_path):
+    run = hf_fold(*train_args(pair_dirs, tmp_path / "out", "--sources-per-layer", "4"))
+    assert run.returncode == 2 and "Traceback" not in run.stdout + run.stderr
+    assert "--sources-per-layer 4" in run.stdout and "at most 3" in run.stdout, run.stdout
+    assert not (tmp_path / "out" / "adapter_config.json").exists()
+    run = hf_fold("train", "--sources-per-layer", "0", "--sender", "x", "--receiver", "y")
+    assert run.returncode == 2 and "--sources-per-layer: 0 is too small (minimum 1)" in run.stdout

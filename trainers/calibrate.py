@@ -50,6 +50,7 @@ class CalibrationOptions(MethodOptions):
     lora_rank: int = 0
     init: str = "auto"
     sender_layers: str = "all"
+    sources_per_layer: int = 2  # sender layers each receiver layer of the starting map reads
     max_minutes: float | None = None
     precision: str = "32-true"
     devices: int | str = 1
@@ -84,7 +85,8 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         start = o.start
         start.config.extra = {**start.config.extra, "init": "composed"}
     else:
-        start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers, progress=progress)
+        start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers,
+                             sources_per_layer=o.sources_per_layer, progress=progress)
     if calib is not None:
         calib.free()  # only if its holder is done with it (starting_map already has)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
@@ -110,11 +112,14 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
     return adapter
 
 
-def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", progress: bool = True):
-    """The closed-form affine map calibration starts from; with ``init="auto"`` the candidate whose receiver KL on
+def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", sources_per_layer: int = 2,
+                 progress: bool = True):
+    """The closed-form affine map calibration starts from, each receiver layer reading ``sources_per_layer`` sender
+    layers; with ``init="auto"`` the candidate whose receiver KL on
     the first ``AUTO_BATCHES`` training batches is lowest (recorded in its config as ``extra["init"]``)."""
     names = list(INITS) if init == "auto" else [init]
-    candidates = {name: get_method(INITS[name][0]).fit(calib, sender_layers=sender_layers, **INITS[name][1])
+    candidates = {name: get_method(INITS[name][0]).fit(calib, sender_layers=sender_layers,
+                                                       sources_per_layer=sources_per_layer, **INITS[name][1])
                   for name in names}
     calib.free()  # before the batches are read: fit_methods' TrainingBatches are prepared on first read
     scores = {}

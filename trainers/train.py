@@ -41,6 +41,7 @@ class TrainArgs:
     seed: int = 0
     resume: bool = False
     sender_layers: str = "all"
+    sources_per_layer: int = 2
     init: str = "auto"
     calib_windows: int = 64
     max_minutes: float | None = None
@@ -61,6 +62,7 @@ class TrainArgs:
                                  ("--continuation-tokens", self.continuation_tokens, 1), ("--windows", self.windows, 1),
                                  ("--eval-windows", self.eval_windows, 2), ("--batch-size", self.batch_size, 1),
                                  ("--calib-windows", self.calib_windows, 1),
+                                 ("--sources-per-layer", self.sources_per_layer, 1),
                                  ("--accumulate", self.accumulate, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
@@ -83,6 +85,9 @@ class TrainArgs:
             problems.append(f"--via / --init-adapter only apply to --init composed (it is {self.init!r})")
         elif self.init == "composed" and self.method != "heterofold":
             problems.append(f"--init composed starts heterofold calibration; --method is {self.method!r}")
+        if self.init == "composed" and self.sources_per_layer != TrainArgs.sources_per_layer:
+            problems.append("--sources-per-layer does not apply to --init composed (the composition's sources are the "
+                            "union of its legs'); drop it")
         if self.init_adapter is not None and not (self.init_adapter / "adapter_config.json").is_file():
             problems.append(f"--init-adapter: {self.init_adapter} is not an adapter package (no adapter_config.json)")
         if self.max_minutes is not None and not self.max_minutes > 0:
@@ -122,7 +127,7 @@ def method_options(args: TrainArgs) -> dict:
 
     from .calibrate import CalibrationOptions
 
-    options = {"sender_layers": args.sender_layers}
+    options = {"sender_layers": args.sender_layers, "sources_per_layer": args.sources_per_layer}
     if args.method == "kv-ridge":
         return options
     if args.method == "dense-latent":
@@ -133,6 +138,17 @@ def method_options(args: TrainArgs) -> dict:
             "devices": args.devices if args.devices == "auto" else int(args.devices), "strategy": args.strategy,
             "accumulate": args.accumulate, "copy_weight": args.copy_weight, "default_root_dir": str(args.out / "checkpoints"),
             "ckpt_path": "last" if args.resume else None, "init": args.init, "max_minutes": args.max_minutes}
+
+
+def check_sources(args: TrainArgs, sender) -> None:
+    """``--sources-per-layer`` against the sender layers ``--sender-layers`` lets a map read, once the sender is known."""
+    from heterofold_hub.transfer.alignment import source_candidates
+
+    available = source_candidates(sender.spec, args.sender_layers)
+    if args.sources_per_layer > len(available):
+        raise HeteroFoldError(f"--sources-per-layer {args.sources_per_layer}: {args.sender!r} has only {len(available)} "
+                              f"sender layer(s) a map may read with --sender-layers {args.sender_layers} "
+                              f"({available}); give at most {len(available)}")
 
 
 def composed_start(args: TrainArgs, sender, receiver):
@@ -182,6 +198,7 @@ def run_train(args: TrainArgs, console: Console) -> dict:
                               "held-out text must be disjoint from training text.")
     with console.status("loading models"):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
+    check_sources(args, sender)
     cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
     windows = make_windows(train_texts, receiver, max_windows=args.windows, **cut)
     if len(windows) < args.batch_size:
