@@ -8,6 +8,7 @@
 #   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
 #   bash benchmarks/real_pair.sh wide3 [train|score]  # v1.2.0's run with 100 synthetic recall documents added
 #   bash benchmarks/real_pair.sh wide4 [train|score]  # wide3 with the loss weighted 4x on targets copied from the context
+#   bash benchmarks/real_pair.sh wide5 [train|score]  # SmolLM2 -> Gemma 3 with 4 sender layers per map, v1.1.0's budget
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
@@ -112,6 +113,21 @@ PY
           --adapter runs/real/s2g-wide4 --json $OUT/fidelity-s2g-2048-wide4.json ;;
     esac
     ;;
+  wide5)
+    # SmolLM2 -> Gemma 3 whose maps read 4 sender layers each (2 before): the probe
+    # benchmarks/probes/sources_per_layer.py put closed-form KV Ridge at 0.217 / 0.235 / 0.261 with 2 / 3 / 4.
+    # v1.1.0's text and 12-minute budget (320 windows), with the step count set to what fits, so the rate decays.
+    case "${2:-train}" in
+      train)
+        /usr/bin/time -v $FOLD train --sender $SMOL --receiver $GEMMA --data bundled:wide --windows 320 --max-minutes 12 \
+          --max-steps 150 --sources-per-layer 4 --eval-windows 48 --out runs/real/s2g-wide5 2> runs/real/s2g-wide5.time
+        cp runs/real/s2g-wide5/metrics.json $OUT/fidelity-s2g-512-wide5.json
+        grep -E "Elapsed|Maximum resident" runs/real/s2g-wide5.time > $OUT/train-s2g-wide5-time.txt ;;
+      score)
+        $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+          --adapter runs/real/s2g-wide5 --json $OUT/fidelity-s2g-2048-wide5.json ;;
+    esac
+    ;;
   eval)
     # What the README's quick start names: hf-fold eval on the real pair both ways, the registered adapter beside
     # recolor and kv-ridge fitted on the training text (prints the tables; the committed figures come from below).
@@ -188,7 +204,7 @@ PY
       $(adapters runs/real/s2g-wide2 runs/real/s2g-wide) --json $OUT/fidelity-s2g-512-bf16.json
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|wide3|wide4|eval|baselines|long|prose|retrieval|bench|bf16" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|wide3|wide4|wide5|eval|baselines|long|prose|retrieval|bench|bf16" >&2
     exit 2
     ;;
 esac
