@@ -8,7 +8,7 @@
 #   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
 #   bash benchmarks/real_pair.sh wide3 [train|score]  # v1.2.0's run with 100 synthetic recall documents added
 #   bash benchmarks/real_pair.sh wide4 [train|score]  # wide3 with the loss weighted 4x on targets copied from the context
-#   bash benchmarks/real_pair.sh wide5 [train|score]  # SmolLM2 -> Gemma 3 with 4 sender layers per map, v1.1.0's budget
+#   bash benchmarks/real_pair.sh wide5 [train|score|baseline|retrieval]  # SmolLM2 -> Gemma 3 with 4 sender layers per map, v1.1.0's budget
 #   bash benchmarks/real_pair.sh eval        # the quick look: registered adapter, recolor and kv-ridge, both ways
 #   bash benchmarks/real_pair.sh baselines   # kv-ridge and dense-latent on the same windows and budget (runs/real/)
 #   bash benchmarks/real_pair.sh long [wide] # fidelity at 2048 receiver tokens (past Gemma 3's 512 window), all adapters
@@ -126,6 +126,15 @@ PY
       score)
         $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
           --adapter runs/real/s2g-wide5 --json $OUT/fidelity-s2g-2048-wide5.json ;;
+      baseline)  # KV Ridge with the same 4 sources per map, on the same windows (closed form on the first 64)
+        $FOLD train --sender $SMOL --receiver $GEMMA --data bundled:wide --windows 320 --eval-windows 48 --method kv-ridge \
+          --sources-per-layer 4 --out runs/real/s2g-kv-ridge-wide5
+        cp runs/real/s2g-kv-ridge-wide5/metrics.json $OUT/fidelity-s2g-512-kv-ridge-wide5.json
+        $FOLD eval --sender $SMOL --receiver $GEMMA --context-tokens 2048 --windows 16 --methods '' \
+          --adapter runs/real/s2g-kv-ridge-wide5 --json $OUT/fidelity-s2g-2048-kv-ridge-wide5.json ;;
+      retrieval)
+        $FOLD eval --task retrieval --sender $SMOL --receiver $GEMMA --lengths 512,1024,2048 --docs 32 --methods '' \
+          --adapter runs/real/s2g-wide5 --json $OUT/retrieval-s2g-wide5.json --plot $OUT/retrieval-s2g-wide5.png ;;
     esac
     ;;
   eval)

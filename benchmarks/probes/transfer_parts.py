@@ -1,0 +1,85 @@
+"""Where a transfer's time goes: the whole fast path beside its parts, timed alone on the same shapes, in one run.
+
+    .venv/bin/python benchmarks/probes/transfer_parts.py [--direction g2s|s2g] [--tokens 2048] [--repeats 7]
+
+Parts (medians over ``repeats`` rounds, each round running every part once, in turn):
+- ``matmuls``: one ``addmm`` per receiver layer, keys and values, of the adapter's shapes ([Tr, in] x [in, out]);
+- ``gathers``: the sources of each group of receiver layers that share them, gathered (keys un-rotated), as the
+  fast path does with the C kernel;
+- ``output turns``: the receiver's RoPE applied to every layer's mapped keys.
+The remainder is what the transfer spends elsewhere (native-prefix rows, cache assembly, Python).
+"""
+
+import argparse
+
+import torch
+
+from heterofold_hub import HeteroFoldModel
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.evaluation.bench import median_seconds, text_of_length
+from heterofold_hub.transfer import kernels
+from heterofold_hub.transfer.kvcache import full_cache
+from heterofold_hub.transfer.plan import build_plan
+
+SMOL, GEMMA = "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--direction", choices=("g2s", "s2g"), default="g2s")
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    ids = (GEMMA, SMOL) if args.direction == "g2s" else (SMOL, GEMMA)
+    model = HeteroFoldModel.from_pretrained(*ids, load_sender=True)
+    sender, receiver, adapter = model.sender, model.receiver, model.adapter
+    text = text_of_length(read_texts("bundled:unseen"), receiver, args.tokens)
+    with torch.no_grad():
+        inputs = sender.tokenizer(text, return_tensors="pt")
+        cache = sender.model(**inputs, use_cache=True, cache=full_cache()).cache
+    plan = build_plan(sender, receiver, text, min_native=adapter.config.min_native)
+    layers = [(l.keys, l.values) for l in cache.layers]
+    c, n = adapter.config, plan.sender_rows.shape[0]
+    maps = [adapter.affine_maps(r) for r in range(len(c.layer_sources))]
+    x = torch.randn(n, c.in_features)
+    outs = torch.empty(n, c.out_features)
+    groups = sorted({tuple(s) for s in c.layer_sources})
+    k = kernels.load()
+    rows = plan.sender_rows.flatten()
+    unrotate = plan.turns("unrotate", torch.float32)
+    rotate = plan.turns("rotate", torch.float32)
+    width = c.sender_spec["kv_heads"] * c.sender_spec["head_dim"]
+    block = torch.empty(n, c.sender_spec["kv_heads"], c.sender_spec["head_dim"])
+
+    def matmuls():
+        for (wk, bk), (wv, bv) in maps:
+            torch.addmm(bk, x, wk, out=outs)
+            torch.addmm(bv, x, wv, out=outs)
+
+    def gathers():
+        for sources in groups:
+            for s in sources:
+                keys, values = (t.reshape(-1, c.sender_spec["head_dim"]) for t in layers[s])
+                turn = unrotate[s].at(slice(0, n)) if unrotate[s] is not None else None
+                k.gather_turn(keys, rows, block, turn)
+                k.gather_turn(values, rows, block, None)
+
+    def output_turns():
+        y = outs.view(n, c.receiver_spec["kv_heads"], c.receiver_spec["head_dim"])
+        for r in range(len(c.layer_sources)):
+            if rotate[r] is not None:
+                k.turn(y, rotate[r].at(slice(0, n)))
+
+    transfer = lambda: model.pipeline.transfer(cache, plan=plan)  # noqa: E731
+    seconds = median_seconds({"transfer": transfer, "matmuls": matmuls, "gathers": gathers,
+                              "output turns": output_turns}, args.repeats)
+    parts = seconds["matmuls"] + seconds["gathers"] + seconds["output turns"]
+    print(f"{args.direction} at {args.tokens} receiver tokens ({n} rows, {len(c.layer_sources)} receiver layers, "
+          f"{len(groups)} source groups, in {c.in_features} -> out {c.out_features}), {torch.get_num_threads()} threads:")
+    for name, s in seconds.items():
+        print(f"  {name:13s} {s * 1e3:7.1f} ms")
+    print(f"  {'remainder':13s} {(seconds['transfer'] - parts) * 1e3:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
