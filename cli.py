@@ -179,7 +179,8 @@ def train_command(
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
-                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via, init_adapter=init_adapter), console)
+                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via,
+                        init_adapter=init_adapter), console)
 
 
 @app.command("compose")

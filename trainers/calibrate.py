@@ -115,8 +115,8 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
 def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", sources_per_layer: int = 2,
                  progress: bool = True):
     """The closed-form affine map calibration starts from, each receiver layer reading ``sources_per_layer`` sender
-    layers; with ``init="auto"`` the candidate whose receiver KL on
-    the first ``AUTO_BATCHES`` training batches is lowest (recorded in its config as ``extra["init"]``)."""
+    layers; with ``init="auto"`` the candidate whose receiver KL on the first ``AUTO_BATCHES`` training batches is
+    lowest (recorded in its config as ``extra["init"]``)."""
     names = list(INITS) if init == "auto" else [init]
     candidates = {name: get_method(INITS[name][0]).fit(calib, sender_layers=sender_layers,
                                                        sources_per_layer=sources_per_layer, **INITS[name][1])
