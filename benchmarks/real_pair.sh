@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/real_pair.sh train       # the two heterofold adapters (runs/real/), then push them
 #   bash benchmarks/real_pair.sh wide        # the same on bundled:wide (third-party code and prose), 320 windows; + kv-ridge
+#   bash benchmarks/real_pair.sh wide-g2s-memory  # Gemma 3 -> SmolLM2 v1.1.0's run again, timed, with today's memory use
 #   bash benchmarks/real_pair.sh wide2 [train|score|push]  # SmolLM2 -> Gemma 3 v1.2.0: 400 windows, 16 minutes
 #   bash benchmarks/real_pair.sh wide3 [train|score]  # v1.2.0's run with 100 synthetic recall documents added
 #   bash benchmarks/real_pair.sh wide4 [train|score]  # wide3 with the loss weighted 4x on targets copied from the context
@@ -53,6 +54,14 @@ case "${1:-}" in
     $FOLD train --sender $GEMMA --receiver $SMOL $KV_RIDGE --out runs/real/g2s-kv-ridge-wide
     cp runs/real/s2g-kv-ridge-wide/metrics.json $OUT/fidelity-s2g-512-kv-ridge-wide.json
     cp runs/real/g2s-kv-ridge-wide/metrics.json $OUT/fidelity-g2s-512-kv-ridge-wide.json
+    ;;
+  wide-g2s-memory)
+    # Gemma 3 -> SmolLM2 v1.1.0's command again under /usr/bin/time -v, with today's training memory (fp16 features,
+    # statistics freed before the batches are prepared): its time and peak, not a new published version.
+    /usr/bin/time -v $FOLD train --sender $GEMMA --receiver $SMOL --data bundled:wide --windows 320 --max-minutes 12 \
+      --eval-windows 48 --out runs/real/g2s-wide-memory 2> runs/real/g2s-wide-memory.time
+    cp runs/real/g2s-wide-memory/metrics.json $OUT/fidelity-g2s-512-wide-memory.json
+    grep -E "Elapsed|Maximum resident" runs/real/g2s-wide-memory.time > $OUT/train-g2s-wide-memory-time.txt
     ;;
   wide2)
     # SmolLM2 -> Gemma 3 v1.2.0: bundled:wide again, on 400 windows, with a 16-minute calibration whose learning rate
@@ -213,7 +222,7 @@ PY
       $(adapters runs/real/s2g-wide2 runs/real/s2g-wide) --json $OUT/fidelity-s2g-512-bf16.json
     ;;
   *)
-    echo "usage: bash benchmarks/real_pair.sh train|wide|wide2|wide3|wide4|wide5|eval|baselines|long|prose|retrieval|bench|bf16" >&2
+    echo "usage: bash benchmarks/real_pair.sh train|wide|wide-g2s-memory|wide2|wide3|wide4|wide5|eval|baselines|long|prose|retrieval|bench|bf16" >&2
     exit 2
     ;;
 esac
