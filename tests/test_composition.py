@@ -22,6 +22,8 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.hub.publishing import push_package
 from heterofold_hub.hub.registry import NoAdapterError, Registry
+from heterofold_hub.hub.resolve import pair_end
+from heterofold_hub.commands.compose import compose_path
 from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter, save_adapter
 
 from conftest import bpe_tokenizer, tiny_model, unigram_tokenizer
@@ -184,6 +186,28 @@ def test_miss_message_lists_paths_that_almost_exist(trio, tmp_path):
     text = str(miss.value)
     assert "almost a path via tester/p: tester/first exists" in text
     assert f"hf-fold train --sender tester/p --receiver {root / 'b'}" in text
+
+
+def test_a_least_squares_first_leg_wins_over_a_better_recorded_calibrated_one(trio, tmp_path):
+    """The second leg reads the pivot's own K/V, which a leg calibrated on the pivot's logits need not reproduce
+    (benchmarks/probes/pivot_leg_error.py), so paths whose first leg is least-squares rank first."""
+    root, sides = trio
+    registry, hub_dir = publish(root, tmp_path)
+    calibrated = load_adapter(root / "first")
+    calibrated.config = replace(calibrated.config, method="heterofold")
+    save_adapter(calibrated, tmp_path / "first-calibrated")
+    (tmp_path / "first-calibrated" / METRICS_NAME).write_text(json.dumps(metrics_for(calibrated, 0.95)))
+    push_package(tmp_path / "first-calibrated", repo_id="tester/first-calibrated", version="1.0.0",
+                 hub=LocalHub(hub_dir), registry=registry)
+    paths = Registry.load(registry).paths(pair_end(sides["a"]), pair_end(sides["b"]))
+    assert [p.first.repo_id for p in paths] == ["tester/first", "tester/first-calibrated"]
+    assert paths[0].estimate < paths[1].estimate  # 0.8 * 0.7 against 0.95 * 0.7: the method decides, not this
+    assert "fitted on the pivot's logits" in paths[1].describe() and "logits" not in paths[0].describe()
+    model = HeteroFoldModel.from_pretrained(str(root / "a"), str(root / "b"), registry=registry, hub_dir=hub_dir,
+                                            pivot="auto")
+    assert model.adapter.parents[0].repo_id == "tester/first"
+    composed = compose_path(sides["a"], sides["b"], via="tester/p", registry=Registry.load(registry), hub_dir=hub_dir)
+    assert composed.parents[0].repo_id == "tester/first"
 
 
 def test_compose_cli_writes_a_package_that_pushes_with_both_parents_on_its_card(trio, tmp_path):

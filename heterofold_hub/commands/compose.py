@@ -56,18 +56,24 @@ class ComposeArgs:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
-def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=None, flag: str):
-    """``(adapter, ref)`` for one leg between two PairEnds: the package ``folder``, else the registry's best."""
+def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=None, flag: str,
+        prefer: frozenset = frozenset()):
+    """``(adapter, ref)`` for one leg between two PairEnds: the package ``folder``, else the registry's best of a
+    ``prefer`` method when one is registered, else its best."""
     from heterofold_hub.hub.resolve import fetch
     from heterofold_hub.hub.package import load_adapter
 
     if folder is not None:
         return load_adapter(folder), None
-    try:
-        entry, version = registry.find(sender, receiver)
-    except HeteroFoldError as miss:
-        raise HeteroFoldError(f"No adapter {sender.id} -> {receiver.id} to compose:\n{miss}\nOr pass a package with "
-                              f"{flag} DIR.") from None
+    for method in [*sorted(prefer), None]:  # None: any method, the registry's usual preference
+        try:
+            entry, version = registry.find(sender, receiver, method=method)
+            break
+        except HeteroFoldError as miss:
+            missed = miss
+    else:
+        raise HeteroFoldError(f"No adapter {sender.id} -> {receiver.id} to compose:\n{missed}\nOr pass a package "
+                              f"with {flag} DIR.") from None
     fetched = fetch(registry, entry, version, hub_dir=hub_dir, token=token)
     return load_adapter(fetched), {"repo_id": entry.repo_id, "version": version.version}
 
@@ -75,15 +81,16 @@ def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=
 def compose_path(sender, receiver, *, via: str, registry, first: Path | None = None, second: Path | None = None,
                  hub_dir=None, token=None, rematch_on=None):
     """The composed adapter ``sender`` -> ``via`` -> ``receiver`` (Sides; ``via`` a model id): each leg is the
-    package given (``first``/``second``) or the registry's best, checked against the models in use; with
+    package given (``first``/``second``) or the registry's best (for the first leg, a least-squares one if
+    registered), checked against the models in use; with
     ``rematch_on`` (calibration features sender -> via) re-matched at the pivot."""
     from heterofold_hub.methods.composed import compose
-    from heterofold_hub.hub.registry import PairEnd
+    from heterofold_hub.hub.registry import PIVOT_FAITHFUL_METHODS, PairEnd
     from heterofold_hub.hub.resolve import pair_end
     from heterofold_hub.hub.package import check_pair
 
     a2p, a2p_ref = leg(first, pair_end(sender), PairEnd(via), registry=registry, hub_dir=hub_dir, token=token,
-                       flag="--first")
+                       flag="--first", prefer=PIVOT_FAITHFUL_METHODS)  # the second leg reads the pivot's own K/V
     c = a2p.config  # the second leg must start from the very pivot the first one ends at
     if c.receiver != via:
         raise HeteroFoldError(f"--first {first} maps into {c.receiver}, not the pivot --via {via!r}; pass "

@@ -23,6 +23,10 @@ from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: a
 from heterofold_hub.io import write_json_atomic
 
 PREFERRED_METHOD = "heterofold"
+# A path's second leg was fitted on the pivot's own K/V, so the first leg must reproduce them. A least-squares leg
+# does (1-R2 0.18-0.38 on SmolLM2's layers 0-2 from Gemma 3); one calibrated on the pivot's logits need not, and
+# does not (1-R2 10 to 70 there): benchmarks/probes/pivot_leg_error.py. Such first legs rank first.
+PIVOT_FAITHFUL_METHODS = frozenset({"kv-ridge"})
 MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 
 
@@ -33,7 +37,8 @@ class NoAdapterError(HeteroFoldError):
 @dataclass(frozen=True)
 class PivotPath:
     """sender -> pivot -> receiver through two registered adapters (their newest versions). ``estimate`` is the
-    product of the two recorded ``recovered``: a prior that ranks paths, not a measurement of the composition."""
+    product of the two recorded ``recovered``: a prior that ranks paths, not a measurement of the composition.
+    Paths whose first leg is least-squares (:data:`PIVOT_FAITHFUL_METHODS`) rank before all others."""
 
     first: AdapterEntry
     first_version: VersionEntry
@@ -48,10 +53,20 @@ class PivotPath:
     def estimate(self) -> float:
         return self.first_version.metrics["recovered"] * self.second_version.metrics["recovered"]
 
+    @property
+    def faithful_first(self) -> bool:
+        """Is the first leg fitted to the pivot's own K/V (least squares), which the second leg reads?"""
+        return self.first.method in PIVOT_FAITHFUL_METHODS
+
+    def rank(self) -> tuple:
+        return (not self.faithful_first, -self.estimate, self.first.repo_id, self.second.repo_id)
+
     def describe(self) -> str:
         legs = [(e, v) for e, v in ((self.first, self.first_version), (self.second, self.second_version))]
+        first_fit = "" if self.faithful_first else (
+            f" (its first leg is {self.first.method}, fitted on the pivot's logits, not its K/V: expect less)")
         return (f"via {self.pivot}: " + " then ".join(f"{e.repo_id} {v.version} (recovered {v.metrics['recovered']:.3f})"
-                                                     for e, v in legs) + f", estimate {self.estimate:.3f}")
+                                                     for e, v in legs) + f", estimate {self.estimate:.3f}" + first_fit)
 
 
 def _fp(fingerprint: str | None) -> str:
@@ -175,11 +190,12 @@ class Registry:
     def paths(self, sender: PairEnd, receiver: PairEnd, *, pivot: str | None = None,
               methods: set[str] | None = None) -> list[PivotPath]:
         """Every sender -> P -> receiver path through two registered adapters (of ``methods``, when given) that
-        meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Best estimate first."""
+        meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Least-squares first legs
+        first, then best estimate."""
         firsts, seconds = self._legs(sender, receiver, methods)
         found = [PivotPath(e1, _newest(e1), e2, _newest(e2)) for e1 in firsts for e2 in seconds
                  if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot) and e1.versions and e2.versions]
-        return sorted(found, key=lambda p: (-p.estimate, p.first.repo_id, p.second.repo_id))
+        return sorted(found, key=PivotPath.rank)
 
     def _legs(self, sender: PairEnd, receiver: PairEnd, methods: set[str] | None) -> tuple[list, list]:
         """Entries from this sender into another model, and entries from another model into this receiver."""
