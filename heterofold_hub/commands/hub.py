@@ -183,7 +183,8 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
     console.print("direct: " + (", ".join(found["direct"]) or "none registered"), highlight=False)
     if pivot is not None:
         table = Table(title=f"paths through {'any pivot' if pivot == 'auto' else pivot} (best first)",
-                      caption="estimate: product of the two legs' recorded recovered, a ranking prior, not a measurement")
+                      caption="least-squares (kv-ridge) first legs first, then by estimate: the product of the two legs' "
+                              "recorded recovered, a ranking prior, not a measurement")
         for column in ("pivot", "sender -> pivot", "pivot -> receiver", "estimate"):
             table.add_column(column)
         for p in found["paths"]:
