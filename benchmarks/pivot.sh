@@ -15,7 +15,7 @@
 #
 # The other way round, the real models as senders and tiny-llama-code as the receiver (README "A first leg that
 # reproduces the pivot"): Gemma 3 -> tiny-llama through SmolLM2, and SmolLM2 -> tiny-llama through Gemma 3.
-# The direct budget is `hf-fold train`'s default 250 steps; the short calibration gets 62.
+# The direct budget is `hf-fold train`'s default 250 steps (36 s; the 6 minutes never bind); calibration gets 62.
 #
 #   bash benchmarks/pivot.sh to-tiny train|compose|calibrate|baselines|bench
 set -euo pipefail
@@ -82,8 +82,8 @@ case "${1:-}" in
   to-tiny)  # g2l: Gemma 3 -> tiny-llama via SmolLM2; s2l: SmolLM2 -> tiny-llama via Gemma 3
     case "${2:-}" in
       train)  # direct heterofold adapters, which are also the other pair's second legs
-        $FOLD train --sender $SMOL --receiver $LLAMA $SAME --out runs/pivot/s2l
-        $FOLD train --sender $GEMMA --receiver $LLAMA $SAME --out runs/pivot/g2l
+        $FOLD train --sender $SMOL --receiver $LLAMA $SAME --max-minutes 6 --out runs/pivot/s2l
+        $FOLD train --sender $GEMMA --receiver $LLAMA $SAME --max-minutes 6 --out runs/pivot/g2l
         cp runs/pivot/s2l/metrics.json $OUT/fidelity-s2l-direct.json
         cp runs/pivot/g2l/metrics.json $OUT/fidelity-g2l-direct.json
         ;;

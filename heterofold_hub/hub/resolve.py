@@ -200,7 +200,7 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
     composed = compose(*legs, first_ref={"repo_id": path.first.repo_id, "version": path.first_version.version},
                        second_ref={"repo_id": path.second.repo_id, "version": path.second_version.version})
     check_pair(composed, sender, receiver, source=f"the composition {path.describe()}")
-    logger.warning("No direct adapter for %s -> %s; composed %s", sender.name, receiver.name, path.describe())
+    logger.warning("%s -> %s: composed %s", sender.name, receiver.name, path.describe())
     metrics = {"estimate": path.estimate, "legs": [path.first_version.metrics["recovered"],
                                                    path.second_version.metrics["recovered"]]}
     return ResolvedAdapter(composed, None, metrics=metrics, path=path)
