@@ -202,7 +202,7 @@ def test_a_least_squares_first_leg_wins_over_a_better_recorded_calibrated_one(tr
     paths = Registry.load(registry).paths(pair_end(sides["a"]), pair_end(sides["b"]))
     assert [p.first.repo_id for p in paths] == ["tester/first", "tester/first-calibrated"]
     assert paths[0].estimate < paths[1].estimate  # 0.8 * 0.7 against 0.95 * 0.7: the method decides, not this
-    assert "fitted on the pivot's logits" in paths[1].describe() and "logits" not in paths[0].describe()
+    assert "heterofold, not a least-squares fit" in paths[1].describe() and "expect less" not in paths[0].describe()
     model = HeteroFoldModel.from_pretrained(str(root / "a"), str(root / "b"), registry=registry, hub_dir=hub_dir,
                                             pivot="auto")
     assert model.adapter.parents[0].repo_id == "tester/first"

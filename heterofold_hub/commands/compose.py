@@ -82,8 +82,8 @@ def compose_path(sender, receiver, *, via: str, registry, first: Path | None = N
                  hub_dir=None, token=None, rematch_on=None):
     """The composed adapter ``sender`` -> ``via`` -> ``receiver`` (Sides; ``via`` a model id): each leg is the
     package given (``first``/``second``) or the registry's best (for the first leg, a least-squares one if
-    registered), checked against the models in use; with
-    ``rematch_on`` (calibration features sender -> via) re-matched at the pivot."""
+    registered), checked against the models in use; with ``rematch_on`` (calibration features sender -> via)
+    re-matched at the pivot."""
     from heterofold_hub.methods.composed import compose
     from heterofold_hub.hub.registry import PIVOT_FAITHFUL_METHODS, PairEnd
     from heterofold_hub.hub.resolve import pair_end

@@ -59,12 +59,13 @@ class PivotPath:
         return self.first.method in PIVOT_FAITHFUL_METHODS
 
     def rank(self) -> tuple:
+        """Sort key: least-squares first legs first, then the higher estimate."""
         return (not self.faithful_first, -self.estimate, self.first.repo_id, self.second.repo_id)
 
     def describe(self) -> str:
         legs = [(e, v) for e, v in ((self.first, self.first_version), (self.second, self.second_version))]
         first_fit = "" if self.faithful_first else (
-            f" (its first leg is {self.first.method}, fitted on the pivot's logits, not its K/V: expect less)")
+            f" (its first leg is {self.first.method}, not a least-squares fit of the pivot's K/V: expect less)")
         return (f"via {self.pivot}: " + " then ".join(f"{e.repo_id} {v.version} (recovered {v.metrics['recovered']:.3f})"
                                                      for e, v in legs) + f", estimate {self.estimate:.3f}" + first_fit)
 
