@@ -115,3 +115,21 @@ def test_tiny_llama_reaches_gemma3_through_the_smollm2_pivot(gemma, long_text):
         cache = model.sender.model(**model.sender.tokenizer(text, return_tensors="pt"), use_cache=True).cache
     result = model.transfer(cache, text)
     assert model.generate(result, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 4)
+
+
+def test_gemma3_reaches_tiny_llama_through_smollm2_with_a_least_squares_first_leg(gemma, long_text):
+    """The registry holds two Gemma 3 -> SmolLM2 legs: heterofold v1.1.0 (recorded 0.677) and KV Ridge (0.388).
+    The path takes KV Ridge, which reproduces SmolLM2's own K/V that SmolLM2 -> tiny-llama-code reads (measured
+    0.775 composed, against -7.5 through the heterofold leg: README "A first leg that reproduces the pivot")."""
+    from heterofold_hub import HeteroFoldModel
+
+    receiver = "heterofold/tiny-llama-code"
+    model = HeteroFoldModel.from_pretrained(gemma, receiver, pivot="auto", local_files_only=True)
+    assert model.resolved.path.pivot == SMOL and model.resolved.path.faithful_first
+    assert [p.repo_id for p in model.adapter.parents] == ["heterofold/gemma3-270m-to-smollm2-135m-kv-ridge",
+                                                          "heterofold/smollm2-135m-to-tiny-llama-code"]
+    text = long_text[:1500]
+    with torch.no_grad():
+        cache = gemma.model(**gemma.tokenizer(text, return_tensors="pt"), use_cache=True).cache
+    result = model.transfer(cache, text)
+    assert model.generate(result, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 4)
