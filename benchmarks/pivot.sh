@@ -17,7 +17,7 @@
 # reproduces the pivot"): Gemma 3 -> tiny-llama through SmolLM2, and SmolLM2 -> tiny-llama through Gemma 3.
 # The direct budget is `hf-fold train`'s default 250 steps (36 s; the 6 minutes never bind); calibration gets 62.
 #
-#   bash benchmarks/pivot.sh to-tiny train|compose|calibrate|baselines|bench
+#   bash benchmarks/pivot.sh to-tiny train|compose|calibrate|baselines|publish|bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA=heterofold/tiny-llama-code
@@ -116,6 +116,11 @@ case "${1:-}" in
         cp runs/pivot/s2l-kv-ridge/metrics.json $OUT/fidelity-s2l-kv-ridge.json
         cp runs/pivot/g2l-kv-ridge/metrics.json $OUT/fidelity-g2l-kv-ridge.json
         ;;
+      publish)  # the legs that make Gemma 3 -> tiny-llama resolve through SmolLM2 (embedded hub, registry.json)
+        $FOLD push runs/pivot/s2l --repo heterofold/smollm2-135m-to-tiny-llama-code --version 1.0.0 --hub-dir hub
+        $FOLD push runs/pivot/g2s-kv-ridge --repo heterofold/gemma3-270m-to-smollm2-135m-kv-ridge --version 1.0.0 \
+          --hub-dir hub
+        ;;
       bench)  # composed (KV Ridge first leg) vs direct: a scratch hub and registry that hold the legs
         rm -rf runs/pivot/bench-hub && cp -r hub runs/pivot/bench-hub && cp registry.json runs/pivot/bench-registry.json
         export HF_FOLD_HOME=runs/pivot/bench-hub HF_FOLD_REGISTRY=runs/pivot/bench-registry.json
@@ -127,7 +132,7 @@ case "${1:-}" in
         $FOLD bench --sender $GEMMA --receiver $LLAMA --pivot $SMOL --contexts 512,2048 --repeats 3 --json $OUT/bench-g2l.json
         $FOLD bench --sender $SMOL --receiver $LLAMA --pivot $GEMMA --contexts 512,2048 --repeats 3 --json $OUT/bench-s2l.json
         ;;
-      *) echo "usage: bash benchmarks/pivot.sh to-tiny train|compose|calibrate|baselines|bench" >&2; exit 2 ;;
+      *) echo "usage: bash benchmarks/pivot.sh to-tiny train|compose|calibrate|baselines|publish|bench" >&2; exit 2 ;;
     esac
     ;;
   ridge)  # tiny-llama -> each real model through the other, the first leg KV Ridge (pivot.sh baselines' fits)
