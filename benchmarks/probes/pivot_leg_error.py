@@ -34,15 +34,9 @@ def unexplained(pred: torch.Tensor, true: torch.Tensor) -> float:
     return float((pred - true).pow(2).sum() / (true - true.mean(0)).pow(2).sum())
 
 
-def leg_inputs(adapter, features: list[tuple[torch.Tensor, torch.Tensor]], layer: int) -> tuple[torch.Tensor, ...]:
-    """The map's input rows for receiver ``layer``: its source layers' keys and values side by side."""
-    sources = adapter.config.layer_sources[layer]
-    return tuple(torch.cat([features[s][j] for s in sources], dim=-1) for j in range(2))
-
-
 def apply(adapter, features, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     with torch.no_grad():
-        return adapter.map_layer(layer, *leg_inputs(adapter, features, layer))
+        return adapter.map_layer(layer, *adapter.layer_inputs(features, layer))
 
 
 def main() -> None:

@@ -48,9 +48,8 @@ def affine_methods() -> set[str]:
 def fit_affine(cls, calib, method: str, sources: list[list[int]], solve, **extra) -> AffineAdapter:
     """Fit every receiver layer's K and V map with ``solve(X [N, in], Y [N, out]) -> (W, b)``."""
     adapter = cls(config_for(calib, method, sources, **extra))
-    for r, layer_sources in enumerate(sources):
-        for j, kind in enumerate("kv"):
-            x = torch.cat([calib.sender[s][j] for s in layer_sources], dim=-1)
+    for r in range(len(sources)):
+        for j, (kind, x) in enumerate(zip("kv", adapter.layer_inputs(calib.sender, r))):
             adapter.set_layer(r, kind, *solve(x, calib.receiver[r][j]))
     return adapter
 

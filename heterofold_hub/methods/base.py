@@ -151,6 +151,12 @@ class PairAdapter(nn.Module, ABC):
         heads flattened, keys un-rotated); returns two ``[batch, seq, receiver kv_heads * head_dim]``.
         """
 
+    def layer_inputs(self, features, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`map_layer`'s inputs for receiver ``layer``: the keys and the values of its ``layer_sources``,
+        side by side. ``features[i]``: sender layer i's ``(keys, values)``, each ``[..., kv_heads * head_dim]``."""
+        sources = self.config.layer_sources[layer]
+        return tuple(torch.cat([features[s][j] for s in sources], dim=-1) for j in range(2))
+
     @property
     def compute_dtype(self) -> torch.dtype:
         """The dtype the map computes in: its weights' (``adapter.to(torch.bfloat16)`` maps in bf16)."""

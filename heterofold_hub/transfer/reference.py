@@ -94,11 +94,9 @@ def assemble(
     native_at = alignment.native_mask.to(device)
     mapped_at = alignment.mapped_mask.to(device)[:, None, :, None]
     layers = []
-    for r, sources in enumerate(adapter.config.layer_sources):
+    for r in range(len(adapter.config.layer_sources)):
         # features may be stored narrower (fp16 training batches); the map reads them in its own dtype
-        keys = torch.cat([features[s][0] for s in sources], dim=-1).to(adapter.compute_dtype)
-        values = torch.cat([features[s][1] for s in sources], dim=-1).to(adapter.compute_dtype)
-        k, v = adapter.map_layer(r, keys, values)
+        k, v = adapter.map_layer(r, *(x.to(adapter.compute_dtype) for x in adapter.layer_inputs(features, r)))
         k = Rope.rotate(k.view(*k.shape[:2], heads, dim), tables[r]).transpose(1, 2)
         v = v.view(*v.shape[:2], heads, dim).transpose(1, 2)
         nk, nv = native[r]

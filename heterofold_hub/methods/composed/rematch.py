@@ -28,10 +28,10 @@ def rematch(first: AffineAdapter, calib, *, eps: float = 1e-3) -> AffineAdapter:
                               f"{calib.sender_name} -> {calib.receiver_name}.")
     out = copy.deepcopy(first)
     with torch.no_grad():
-        for p, sources in enumerate(c.layer_sources):
-            for j, (kind, (weight, bias)) in enumerate(zip("kv", first.affine_maps(p))):
-                x = torch.cat([calib.sender[s][j] for s in sources], dim=-1).double()
-                predicted = x @ weight.double() + bias.double()
+        for p in range(len(c.layer_sources)):
+            for j, (kind, (weight, bias), x) in enumerate(zip("kv", first.affine_maps(p),
+                                                               first.layer_inputs(calib.sender, p))):
+                predicted = x.double() @ weight.double() + bias.double()
                 w_mm, b_mm = (t.double() for t in moment_match(predicted, calib.receiver[p][j], eps))
                 out.set_layer(p, kind, (weight.double() @ w_mm).float(), (bias.double() @ w_mm + b_mm).float())
     return out
