@@ -1,8 +1,9 @@
 """``HeteroFoldModel``: a frozen receiver plus the pair adapter that maps one sender's KV caches into it.
 
     model = HeteroFoldModel.from_pretrained("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code")
-    result = model.transfer(sender_cache, text)       # receiver cache, no receiver prefill
-    new_tokens = model.generate(result, max_new_tokens=20)
+    prefill = model.prefill_sender(text)                # the sender's cache (what the sending agent computed)
+    result = model.transfer(prefill, text)              # receiver cache, no receiver prefill
+    new_tokens = model.generate(result, prompt="\n# What does it return?\n", max_new_tokens=20)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from heterofold_hub.hub.registry import NoAdapterError, Registry, open_registry
 from heterofold_hub.hub.resolve import ResolvedAdapter, resolve_adapter
 from heterofold_hub.hub.package import save_adapter
 from heterofold_hub.transfer.fast import LayerStream
+from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
 
 FALLBACKS = ("error", "prefill")
 
@@ -48,6 +50,7 @@ class HeteroFoldModel:
     def __init__(self, sender: Side, receiver: Side, resolved: ResolvedAdapter | None, *, fallback: str = "error"):
         _check_fallback(fallback)
         self.sender, self.receiver, self.resolved, self.fallback = sender, receiver, resolved, fallback
+        self.sender_revision: str | None = None  # the sender's revision asked for, for a later load of its model
         self.pipeline = TransferPipeline(resolved.adapter, sender, receiver) if resolved is not None else None
 
     @classmethod
@@ -97,7 +100,9 @@ class HeteroFoldModel:
                 raise
             warnings.warn(f"No adapter fits; transfer() will prefill the receiver natively.\n{miss}", stacklevel=2)
             resolved = None
-        return cls(sender_side, receiver_side, resolved, fallback=fallback)
+        model = cls(sender_side, receiver_side, resolved, fallback=fallback)
+        model.sender_revision = sender_revision
+        return model
 
     @property
     def adapter(self):
@@ -118,19 +123,33 @@ class HeteroFoldModel:
         """Map sender layers as they arrive: ``stream.push(i, keys, values)`` returns finished receiver layers."""
         return self._adapted("stream").stream(plan)
 
+    def prefill_sender(self, text: str | list[str], *, surprisal: bool = False) -> SenderPrefill:
+        """The sender's cache of ``text`` exactly as :meth:`transfer` expects it (right-padded, every position kept,
+        the sender's special prefix included), with the token ids it was computed from; ``surprisal=True`` also
+        keeps each token's surprisal for ``select="content"``. Loads the sender model on first use."""
+        if self.sender.model is None:
+            self.sender = Side.load(self.sender.name, revision=self.sender_revision,
+                                    torch_dtype=self.receiver.model.dtype, device=self.receiver.model.device)
+            if self.pipeline is not None:
+                self.pipeline.sender = self.sender
+        return prefill_sender(self.sender, text, surprisal=surprisal)
+
     def transfer(self, sender_cache, text: str | list[str] | None = None, *, plan: TransferPlan | None = None,
                  **kwargs) -> TransferResult:
         """The receiver cache for ``text`` (or a :meth:`plan` of it) from the sender's cache of it
-        (``prefilled=True`` when it fell back to the receiver's own prefill)."""
+        (``prefilled=True`` when it fell back to the receiver's own prefill). ``recompute``, ``select``, ``query``,
+        ``repair_layers``: see :meth:`TransferPipeline.transfer`."""
         if self.pipeline is not None:
             return self.pipeline.transfer(sender_cache, text, plan=plan, **kwargs)
         if text is None:
             raise HeteroFoldError("This model falls back to native prefill (no adapter), which needs the text itself.")
         return native_prefill(self.receiver, text)
 
-    def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
-        """``receiver.generate`` continuing from ``result``; returns only the new tokens."""
-        return TransferPipeline.continue_from(self.receiver.model, result, **kwargs)
+    def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
+        """``receiver.generate`` continuing from ``result``, the receiver first reading ``prompt`` itself (one per
+        context, or one for all); returns only the new tokens ``[B, new]``."""
+        return TransferPipeline.continue_from(self.receiver.model, result, prompt=prompt,
+                                              tokenizer=self.receiver.tokenizer, **kwargs)
 
     def save_pretrained(self, folder: str | Path) -> Path:
         """Write the adapter package (config + safetensors weights, never base-model weights)."""

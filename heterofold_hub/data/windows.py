@@ -14,8 +14,8 @@ import torch
 
 from heterofold_hub.transfer.alignment import TokenAlignment, align_batch
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.transfer.kvcache import cache_layers, full_cache
-from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.base_models.loading import Side, encode
+from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.transfer.reference import Features, sender_features
 
 
@@ -118,24 +118,8 @@ class Batch:
 
 def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.Tensor]]:
     """Run the frozen sender over ``contexts`` (right-padded). Returns cache layers and offsets per text."""
-    encoded = [encode(sender.tokenizer, text) for text in contexts]
-    width = max(len(ids) for ids, _ in encoded)
-    if width > sender.spec.max_positions:
-        raise HeteroFoldError(
-            f"A context is {width} sender tokens long but {sender.name!r} allows {sender.spec.max_positions} "
-            "positions. Pass a shorter context."
-        )
-    pad = sender.tokenizer.pad_token_id or 0
-    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, (tokens, _) in enumerate(encoded):
-        ids[row, : len(tokens)] = tokens
-        mask[row, : len(tokens)] = 1
-    device = sender.model.device
-    with torch.no_grad():
-        out = sender.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True,
-                           cache=full_cache(), **cache_only(sender.model))
-    return cache_layers(out.cache), [offsets for _, offsets in encoded]
+    prefill = prefill_sender(sender, contexts)
+    return prefill.layers, prefill.offsets
 
 
 def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers: set[int] | None = None,

@@ -65,10 +65,12 @@ class LayerStream:
     A receiver layer is mapped as soon as all its source sender layers (``config.layer_sources``) have
     arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` sets the rows
     per chunk (default: as many as keep a chunk's temporaries within ``TEMPORARY_BUDGET`` receiver layers, at
-    least ``MIN_CHUNK_TOKENS``).
+    least ``MIN_CHUNK_TOKENS``). ``every_position`` maps every row of sliding-window layers too, for a working
+    cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`).
     """
 
-    def __init__(self, adapter: PairAdapter, plan: TransferPlan, *, dtype: torch.dtype, chunk_tokens: int | None = None):
+    def __init__(self, adapter: PairAdapter, plan: TransferPlan, *, dtype: torch.dtype, chunk_tokens: int | None = None,
+                 every_position: bool = False):
         config = adapter.config
         if plan.alignment.native_prefix < config.min_native:
             raise HeteroFoldError(f"This plan computes {plan.alignment.native_prefix} prefix token(s) natively but the "
@@ -96,6 +98,8 @@ class LayerStream:
         # A sliding-window receiver layer keeps only its last `window` positions: only those rows are mapped.
         self.windows = KVSpec.from_dict(self.receiver_spec).windows
         self.sender_windows = KVSpec.from_dict(self.sender_spec).windows
+        if every_position:  # a working cache for a recompute: sliding layers keep every row too
+            self.windows = [None] * len(self.windows)
         self.kept = {w: min(w, plan.cache_tokens) if w is not None else plan.cache_tokens for w in set(self.windows)}
         size = chunk_tokens or self._rows_within_budget(self._temporaries_per_row())
         self.chunks = {kept: self._chunks(size, kept) for kept in set(self.kept.values())}
@@ -319,8 +323,19 @@ def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[Laye
               chunk_tokens: int | None = None):
     """A receiver ``DynamicCache`` from a whole sender cache (per layer ``[B, Hs, Ts, Ds]``): :class:`LayerStream`
     fed every sender layer the adapter uses, in order."""
-    stream = LayerStream(adapter, plan, dtype=dtype, chunk_tokens=chunk_tokens)
-    used = sorted({s for sources in adapter.config.layer_sources for s in sources})
-    for layer in used:
+    return _fed(LayerStream(adapter, plan, dtype=dtype, chunk_tokens=chunk_tokens), sender_layers).cache()
+
+
+def map_every_position(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *,
+                       dtype: torch.dtype) -> list[LayerKV]:
+    """Receiver layers ``[B, Hr, Tr, Dr]`` with every position mapped, sliding-window layers included (a
+    recompute's working cache)."""
+    stream = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=True), sender_layers)
+    return [stream.mapped[r] for r in range(len(stream.mapped))]
+
+
+def _fed(stream: LayerStream, sender_layers: list[LayerKV]) -> LayerStream:
+    """``stream`` after every sender layer its adapter uses was pushed, in order."""
+    for layer in sorted({s for sources in stream.adapter.config.layer_sources for s in sources}):
         stream.push(layer, *sender_layers[layer])
-    return stream.cache()
+    return stream

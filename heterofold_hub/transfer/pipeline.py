@@ -8,23 +8,29 @@ import torch
 from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.transfer.kvcache import cache_layers, check_cache
+from heterofold_hub.transfer.kvcache import build_cache, cache_layers, check_cache
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import TransferPlan, build_plan
-from heterofold_hub.transfer.fast import LayerStream, map_cache
+from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
+from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
+from heterofold_hub.transfer.sender import SenderPrefill, as_texts
 
 
 @dataclass
 class TransferResult:
     """A receiver cache over ``input_ids`` ``[B, Tr]`` (left-padded, ``attention_mask`` ``[B, Tr]``).
 
-    ``prefilled`` is True when the receiver computed the cache itself (a fallback), not a transfer."""
+    ``prefilled`` is True when the receiver computed the cache itself (a fallback), not a transfer.
+    ``recompute``: what the receiver recomputed natively after mapping (``fraction``, ``select``,
+    ``repair_layers`` asked, and ``share``, the share of mapped positions actually recomputed), None for a pure
+    transfer."""
 
     cache: DynamicCache
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     prefilled: bool = False
+    recompute: dict | None = None
 
 
 @torch.no_grad()
@@ -72,17 +78,29 @@ class TransferPipeline:
         return LayerStream(self.adapter, plan, dtype=self.receiver.model.dtype)
 
     def transfer(self, sender_cache, texts: str | list[str] | None = None, *, plan: TransferPlan | None = None,
-                 sender_position_ids: torch.Tensor | None = None) -> TransferResult:
-        """Map ``sender_cache`` (the sender's prefill of ``texts``, right-padded) to a receiver cache.
+                 sender_position_ids: torch.Tensor | None = None, recompute: float = 0.0, select: str = "content",
+                 query: str | list[str] | None = None, repair_layers: int = 0,
+                 spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
+        """Map ``sender_cache`` (the sender's prefill of ``texts``, right-padded; best made by
+        :func:`~heterofold_hub.transfer.sender.prefill_sender`) to a receiver cache.
 
         Give ``texts`` or a ``plan`` of them (:meth:`plan`; reusing one skips tokenization and alignment). The
         result covers the receiver's tokens of the texts except the last; pass that last token (see
         :meth:`generate`) as the first input, as a cache needs at least one uncached token.
+
+        ``recompute``: share of the context's mapped positions the receiver then recomputes natively, chosen by
+        ``select`` (see :mod:`~heterofold_hub.transfer.selection`; ``query`` is the receiver's prompt when known,
+        for ``select="query"``; ``spans`` the character spans for ``select="oracle"``); ``repair_layers``: the
+        receiver's first layers recomputed for every position. ``recompute=1`` gives native prefill; the default
+        0 is the pure transfer.
         """
+        settings = RecomputeSettings(fraction=recompute, select=select, repair_layers=repair_layers)
         if (texts is None) == (plan is None):
             raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
+        prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
+        texts = None if texts is None else as_texts(texts)
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
-        layers = cache_layers(sender_cache)
+        layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
         keys = layers[self.sender.spec.full_layers[0]][0]  # sliding-window layers may hold fewer positions
         batch, tokens = keys.shape[0], keys.shape[2]
@@ -92,20 +110,78 @@ class TransferPipeline:
                 f"the {plan.batch_size} text(s) given into at most {plan.sender_tokens} tokens. "
                 "Pass the texts the sender prefilled, in the same order."
             )
-        cache = map_cache(self.adapter, plan, layers, dtype=self.receiver.model.dtype)
-        return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask)
+        dtype = self.receiver.model.dtype
+        if not settings.active:
+            cache = map_cache(self.adapter, plan, layers, dtype=dtype)
+            return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask)
+        working = map_every_position(self.adapter, plan, layers, dtype=dtype)
+        working, choice = recomputed_layers(
+            settings, receiver=self.receiver, sender=self.sender, plan=plan, working=working, sender_layers=layers,
+            sender_mask=None if prefill is None else prefill.attention_mask,
+            surprisal=None if prefill is None else prefill.surprisal,
+            query=None if query is None else _per_row(query, plan.batch_size, "query"), spans=spans, texts=texts)
+        cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
+        return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask,
+                              recompute={**settings.describe(), "share": choice.share})
 
-    def generate(self, result: TransferResult, **kwargs) -> torch.Tensor:
-        """``receiver.generate`` continuing from a transferred cache; returns only the new tokens."""
-        return self.continue_from(self.receiver.model, result, **kwargs)
+    def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
+        """``receiver.generate`` continuing from a transferred cache, the receiver first reading ``prompt`` itself
+        (one per context, or one for all); returns only the new tokens."""
+        return self.continue_from(self.receiver.model, result, prompt=prompt, tokenizer=self.receiver.tokenizer,
+                                  **kwargs)
 
     @staticmethod
-    def continue_from(model, result: TransferResult, **kwargs) -> torch.Tensor:
-        """``model.generate`` from ``result``'s cache: the last token of each text is the first input."""
-        out = model.generate(
-            input_ids=result.input_ids.to(model.device),
-            attention_mask=result.attention_mask.to(model.device),
-            cache=result.cache,
-            **kwargs,
-        )
-        return out[:, result.input_ids.shape[1] :]
+    def continue_from(model, result: TransferResult, *, prompt: str | list[str] | None = None, tokenizer=None,
+                      **kwargs) -> torch.Tensor:
+        """``model.generate`` from ``result``'s cache: the last token of each text is the first input, then the
+        tokens of ``prompt`` (read natively by the receiver; needs ``tokenizer``). Rows whose prompts have the
+        same token count share one ``generate`` call, so no padding ever sits between a context and its prompt;
+        the new tokens of all rows come back right-padded with the pad id. Returns ``[B, new]``."""
+        if prompt is None:
+            return _generate(model, result.cache, result.input_ids, result.attention_mask, **kwargs)
+        if tokenizer is None:
+            raise HeteroFoldError("generate(prompt=...) needs the receiver's tokenizer to read the prompt.")
+        rows = result.input_ids.shape[0]
+        prompts = [torch.tensor(tokenizer(p, add_special_tokens=False)["input_ids"], dtype=torch.long)
+                   for p in _per_row(prompt, rows, "prompt")]
+        groups: dict[int, list[int]] = {}
+        for row, ids in enumerate(prompts):
+            groups.setdefault(len(ids), []).append(row)
+        pad = kwargs.get("pad_token_id", tokenizer.pad_token_id or 0)
+        outputs: dict[int, torch.Tensor] = {}
+        for group in groups.values():
+            cache = result.cache if len(groups) == 1 else _rows_of(result.cache, group, result.input_ids.shape[1] - 1)
+            ids = torch.cat([result.input_ids[group], torch.stack([prompts[r] for r in group])], 1)
+            mask = torch.cat([result.attention_mask[group], torch.ones_like(ids[:, result.input_ids.shape[1]:])], 1)
+            new = _generate(model, cache, ids, mask, **kwargs)
+            outputs.update({row: new[i] for i, row in enumerate(group)})
+        width = max(len(t) for t in outputs.values())
+        out = torch.full((rows, width), pad, dtype=torch.long, device=outputs[0].device)
+        for row, new in outputs.items():
+            out[row, : len(new)] = new
+        return out
+
+
+def _generate(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
+    out = model.generate(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
+                         cache=cache, **kwargs)
+    return out[:, input_ids.shape[1]:]
+
+
+def _rows_of(cache, rows: list[int], tokens: int) -> DynamicCache:
+    """A cache of some batch ``rows`` of ``cache`` (copies; the receiver's own layer classes kept)."""
+    index = torch.tensor(rows)
+    windows = [getattr(layer, "sliding_window", None) for layer in cache.layers]
+    layers = [(k.index_select(0, index.to(k.device)), v.index_select(0, index.to(v.device)))
+              for k, v in cache_layers(cache)]
+    return build_cache(layers, windows=[None if w is None else w - 1 for w in windows], tokens=tokens)
+
+
+def _per_row(text: str | list[str], rows: int, what: str) -> list[str]:
+    """One ``what`` (``"prompt"``, ``"query"``) per row: a string is every row's."""
+    texts = [text] * rows if isinstance(text, str) else list(text)
+    if len(texts) != rows:
+        plural = {"query": "queries"}.get(what, what + "s")
+        raise HeteroFoldError(f"{len(texts)} {plural} for {rows} contexts; pass one {what} per context, or one string "
+                              "for all.")
+    return texts

@@ -1,0 +1,231 @@
+"""Selective native recompute: the receiver recomputes a few context positions of a mapped cache itself.
+
+A mapped cache keeps a context's gist but not its facts: exact copying needs the receiver's own keys and values
+over the tokens that state them (see docs/design). After mapping, the receiver runs a forward over only the chosen
+positions, at their own positions, attending causally to the mapped cache everywhere else (each layer's sliding
+window respected), and their K/V replace the mapped rows. Recomputing every position gives native prefill back;
+recomputing none leaves the transfer as it was.
+
+One forward covers all chosen positions at once (a batch of positions, never token by token): at each layer a
+chosen position attends to the mapped rows of the positions not chosen and to the fresh rows of the chosen ones
+at or before it, so the result is exactly what a native prefill computes for them given the mapped rest. The
+forward runs on a working cache in which every layer keeps every position: a chosen position older than a sliding
+layer's window attends there to mapped rows that the receiver's final cache then drops.
+
+``repair_layers=k`` first runs the receiver's first ``k`` layers natively over every token (DroidSpeak's lever;
+costs ``k / L`` of a prefill), where the map is weakest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import LayerKV, build_cache
+from heterofold_hub.transfer.selection import SELECTORS, Choice, SelectionInputs, choose, get_selector
+from heterofold_hub.transfer.sender import query_attention
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder layers of a transformers causal LM (``model.model.layers`` for Llama, Qwen2, Mistral, Gemma)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise HeteroFoldError(f"Recompute needs a decoder with `model.model.layers`; {type(model).__name__} has "
+                              "none. Use recompute=0 (the pure transfer) with this receiver.")
+    return layers
+
+
+def layer_types(model, num_layers: int) -> list[str]:
+    """Each layer's attention type (``full_attention`` unless the config says ``layer_types``)."""
+    return list(getattr(model.config, "layer_types", None) or ["full_attention"] * num_layers)
+
+
+def _allowed(query_pos: torch.Tensor, key_pos: torch.Tensor, key_ok: torch.Tensor, window: int | None) -> torch.Tensor:
+    """``[B, 1, n, T]`` bool: query at ``query_pos`` ``[B, n]`` may attend key at ``key_pos`` ``[B, T]`` (causal by
+    position, within ``window`` positions when given, ``key_ok`` ``[B, T]`` usable keys)."""
+    q, k = query_pos[:, :, None], key_pos[:, None, :]
+    ok = (k <= q) & key_ok[:, None, :]
+    if window is not None:
+        ok &= k > q - window
+    return ok[:, None]
+
+
+def recompute_masks(model, positions: torch.Tensor, usable: torch.Tensor, chosen: torch.Tensor,
+                    valid: torch.Tensor, windows: dict[str, int | None]):
+    """The attention mask argument for a forward over ``chosen`` positions on a working cache of ``T`` columns.
+
+    ``positions`` ``[B, T]`` the cache's receiver positions, ``usable`` ``[B, T]`` mapped rows that may be read
+    (real tokens, not chosen: a chosen row's mapped K/V is replaced by its fresh one), ``chosen`` ``[B, n]`` column
+    indices, ``valid`` ``[B, n]`` which of them are real (rows choose different counts). Keys are the ``T`` cached
+    columns then the ``n`` fresh ones. Returns one mask, or a dict per layer type for models that mix them."""
+    query_pos = positions.gather(1, chosen)
+    key_pos = torch.cat([positions, query_pos], 1)
+    key_ok = torch.cat([usable, valid], 1)
+    masks = {}
+    for kind, window in windows.items():
+        mask = _allowed(query_pos, key_pos, key_ok, window)
+        self_col = torch.eye(chosen.shape[1], dtype=torch.bool, device=mask.device)  # an unused query reads itself,
+        mask[:, 0, :, positions.shape[1]:] |= self_col & ~valid[:, :, None]       # so no row of its mask is empty
+        if model.config._attn_implementation == "eager":  # eager adds the mask to the scores
+            mask = torch.zeros(mask.shape, dtype=model.dtype, device=mask.device).masked_fill_(
+                ~mask, torch.finfo(model.dtype).min)
+        masks[kind] = mask
+    return masks if len(masks) > 1 else next(iter(masks.values()))
+
+
+@torch.no_grad()
+def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: torch.Tensor,
+              chosen: torch.Tensor, valid: torch.Tensor, *, windows: list[int | None]) -> list[LayerKV]:
+    """Rows ``chosen`` of every layer of ``layers`` recomputed natively, written into ``layers`` (returned).
+
+    ``layers``: the working cache, every position of every layer (``[B, Hr, T, Dr]``); ``ids``/``attention_mask``
+    ``[B, T]`` the receiver tokens it covers (left-padded); ``chosen`` ``[B, n]`` column indices to recompute,
+    ``valid`` ``[B, n]`` which are real; ``windows``: per layer, its sliding window in positions (``KVSpec.window
+    + 1``, the positions a query sees, itself included) or None."""
+    if chosen.shape[1] == 0:
+        return layers
+    device = model.device
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0).to(device)
+    chosen, valid = chosen.to(device), valid.to(device)
+    usable = attention_mask.bool().to(device)
+    batch = torch.arange(chosen.shape[0], device=device)[:, None].expand_as(chosen)
+    usable[batch[valid], chosen[valid]] = False  # a chosen row's mapped K/V is replaced, never read
+    kinds = layer_types(model, len(layers))
+    masks = recompute_masks(model, positions, usable, chosen, valid,
+                            {kind: windows[kinds.index(kind)] for kind in dict.fromkeys(kinds)})
+    working = build_cache(layers)
+    pad = getattr(model.config, "pad_token_id", None) or 0
+    inputs = ids.to(device).gather(1, chosen).masked_fill(~valid, pad)
+    model(input_ids=inputs, position_ids=positions.gather(1, chosen), attention_mask=masks, cache=working,
+          use_cache=True, **_one_logit(model))
+    columns = layers[0][0].shape[2]
+    out = []
+    for (keys, values), layer in zip(layers, working.layers):
+        merged = []
+        for old, new in ((keys, layer.keys), (values, layer.values)):
+            fresh = new[:, :, columns:].transpose(1, 2)  # [B, n, Hr, Dr]
+            old.transpose(1, 2)[batch[valid], chosen[valid]] = fresh[valid].to(old.dtype)  # in place: ours
+            merged.append(old)
+        out.append(tuple(merged))
+    return out
+
+
+def _one_logit(model) -> dict:
+    from heterofold_hub.base_models.loading import keep_logits
+
+    return keep_logits(model, 1)
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a forward once the layers wanted have run."""
+
+
+@torch.no_grad()
+def native_first_layers(model, ids: torch.Tensor, attention_mask: torch.Tensor, count: int) -> list[LayerKV]:
+    """The receiver's own K/V ``[B, Hr, T, Dr]`` of its first ``count`` layers over ``ids`` ``[B, T]`` (left-padded),
+    every position kept: a forward that stops after layer ``count - 1``."""
+    layers = decoder_layers(model)
+    if not 0 < count <= len(layers):
+        raise HeteroFoldError(f"repair_layers={count}; the receiver has layers 1..{len(layers)} to repair.")
+
+    def stop(*_):
+        raise _Stop
+
+    cache = DynamicCache()
+    handle = layers[count - 1].register_forward_hook(stop)
+    device = model.device
+    try:
+        model(input_ids=ids.to(device), attention_mask=attention_mask.to(device),
+              position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device), cache=cache, use_cache=True)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    return [(layer.keys, layer.values) for layer in cache.layers[:count]]
+
+
+@dataclass(frozen=True)
+class RecomputeSettings:
+    """How much of a mapped cache the receiver recomputes itself.
+
+    ``fraction``: share of the context's mapped receiver positions recomputed at every layer, in [0, 1] (ignored by
+    ``select="oracle"``, which takes exactly its spans); ``select``: the strategy that chooses them
+    (:data:`~heterofold_hub.transfer.selection.SELECTORS`); ``repair_layers``: the receiver's first layers recomputed
+    for every position. All zero is the pure transfer."""
+
+    fraction: float = 0.0
+    select: str = "content"
+    repair_layers: int = 0
+
+    def __post_init__(self):
+        problems = []
+        if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) or not 0 <= self.fraction <= 1:
+            problems.append(f"recompute={self.fraction!r}: pass a share of the context in [0, 1] (0: pure transfer, "
+                            "1: native prefill), e.g. recompute=0.05")
+        if self.select not in SELECTORS:
+            problems.append(f"select={self.select!r}: choose one of {', '.join(SELECTORS)}")
+        if isinstance(self.repair_layers, bool) or not isinstance(self.repair_layers, int) or self.repair_layers < 0:
+            problems.append(f"repair_layers={self.repair_layers!r}: pass a whole number of first layers (0: none)")
+        if problems:
+            raise HeteroFoldError("; ".join(problems) + ".")
+
+    @property
+    def active(self) -> bool:
+        return self.fraction > 0 or self.repair_layers > 0 or self.select == "oracle"
+
+    def describe(self) -> dict:
+        return {"fraction": self.fraction, "select": self.select, "repair_layers": self.repair_layers}
+
+
+@torch.no_grad()
+def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, plan, working: list[LayerKV],
+                      sender_layers: list[LayerKV], sender_mask: torch.Tensor | None,
+                      surprisal: torch.Tensor | None, query: list[str] | None,
+                      spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[list[LayerKV], Choice]:
+    """``working`` (every position mapped, ``[B, Hr, Tr, Dr]`` per layer) with ``settings`` applied: first layers
+    repaired, then the chosen positions recomputed. ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come
+    from the sender's prefill; ``query``, ``spans`` and ``texts`` are needed by the strategies that read them."""
+    selector = get_selector(settings.select)
+    alignment, model = plan.alignment, receiver.model
+    aligned = lambda x: x.gather(1, alignment.sender_index.clamp(max=x.shape[1] - 1))  # noqa: E731 [B, Ts] -> [B, Tr]
+    inputs = SelectionInputs(receiver_ids=alignment.receiver_ids, mapped_mask=alignment.mapped_mask,
+                             tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
+    first = max(settings.repair_layers, 1 if "first_layer" in selector.needs else 0)
+    if first:
+        native = native_first_layers(model, alignment.receiver_ids, alignment.attention_mask, first)
+        inputs.native_first, inputs.mapped_first = native, working[:first]
+        working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
+    if "query" in selector.needs:
+        if query is None or sender_mask is None:
+            raise HeteroFoldError("select='query' needs the receiver's prompt at transfer time (query=...) and a "
+                                  "sender cache made by prefill_sender; pass both, or choose a query-agnostic select.")
+        inputs.query_attention = aligned(query_attention(sender, sender_layers, sender_mask, query))
+    if "spans" in selector.needs:
+        if spans is None or texts is None:
+            raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
+                                  "one list per context) and the context texts.")
+        inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, plan.cache_tokens)
+    if settings.fraction == 0 and settings.select != "oracle":
+        return working, Choice(torch.zeros((plan.batch_size, 0), dtype=torch.long),
+                               torch.zeros((plan.batch_size, 0), dtype=torch.bool))
+    choice = choose(selector.scores(inputs), alignment.mapped_mask,
+                    None if settings.select == "oracle" else settings.fraction)
+    windows = [None if w is None else w + 1 for w in receiver.spec.windows]
+    working = recompute(model, working, alignment.receiver_ids, alignment.attention_mask, choice.index, choice.valid,
+                        windows=windows)
+    return working, choice
+
+
+def receiver_offsets(receiver, texts: list[str], columns: int) -> torch.Tensor:
+    """``[B, columns, 2]`` character offsets of each text's receiver tokens but the last, left-padded like a plan
+    (padding and special tokens get empty spans)."""
+    from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
+
+    out = torch.zeros((len(texts), columns, 2), dtype=torch.long)
+    for row, text in enumerate(texts):
+        offsets = encode(receiver.tokenizer, text)[1][:-1]
+        out[row, columns - len(offsets):] = offsets
+    return out

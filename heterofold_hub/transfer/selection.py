@@ -1,0 +1,170 @@
+"""Which context positions a receiver recomputes natively: one small base class, one method per strategy.
+
+A :class:`Selector` scores every receiver position of a plan (``[B, Tr]``, higher first); :func:`choose` takes the
+top share of each row's mapped positions. Strategies, cheapest signal first:
+
+- ``tail``: the most recent positions (a baseline);
+- ``chunk-start``: the first positions of every 64-token chunk (EPIC's attention-sink lever);
+- ``content``: query-agnostic, tokens that carry content to copy: digit runs and rare tokens (the sender's
+  surprisal when the prefill kept it), plus the few tokens before each;
+- ``deviation``: where the mapped K/V of the receiver's first layer deviates most from its native K/V (CacheBlend;
+  pays a native first layer over every token, which then stays in the cache);
+- ``query``: query-aware, the sender's attention from the receiver's prompt over the context (CacheClip /
+  ProphetKV style; needs the prompt at transfer time and the sender model);
+- ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import LayerKV
+
+CHUNK = 64  # chunk-start's chunk length in receiver tokens
+DIGIT_BONUS = 20.0  # nats added to a token with a digit: numbers are what exact copying most often needs
+SPAN_BEFORE = 4  # tokens before a chosen token that share its score (the name before a value, a line's start)
+
+
+@dataclass
+class SelectionInputs:
+    """What a selector may read. ``mapped_mask`` ``[B, Tr]``: positions whose K/V came from the map (the only ones
+    a selector may choose). ``surprisal`` / ``query_attention`` ``[B, Tr]``: sender signals aligned to receiver
+    positions, None when not available. ``native_first`` / ``mapped_first``: the receiver's first layers, native and
+    mapped, ``[B, Hr, Tr, Dr]`` each, when computed. ``spans``: per row, character spans for ``oracle``, with
+    ``offsets`` ``[B, Tr, 2]`` the receiver tokens' character offsets."""
+
+    receiver_ids: torch.Tensor
+    mapped_mask: torch.Tensor
+    tokenizer: object
+    surprisal: torch.Tensor | None = None
+    query_attention: torch.Tensor | None = None
+    native_first: list[LayerKV] | None = None
+    mapped_first: list[LayerKV] | None = None
+    spans: list[list[tuple[int, int]]] | None = None
+    offsets: torch.Tensor | None = None
+
+
+class Selector:
+    """Scores positions for recompute; subclasses set ``name`` and ``needs`` and implement :meth:`scores`."""
+
+    name: str = ""
+    needs: tuple[str, ...] = ()  # "surprisal", "query", "first_layer", "spans": what the pipeline must provide
+
+    def scores(self, inputs: SelectionInputs) -> torch.Tensor:
+        """``[B, Tr]`` float, higher recomputed first."""
+        raise NotImplementedError
+
+
+class Tail(Selector):
+    name = "tail"
+
+    def scores(self, inputs):
+        return torch.arange(inputs.receiver_ids.shape[1], dtype=torch.float32).expand(inputs.receiver_ids.shape)
+
+
+class ChunkStart(Selector):
+    name = "chunk-start"
+
+    def scores(self, inputs):
+        position = (inputs.mapped_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return -(position % CHUNK).float()
+
+
+class Content(Selector):
+    name = "content"
+    needs = ("surprisal",)
+
+    def scores(self, inputs):
+        score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
+        if inputs.surprisal is not None:
+            score = score + inputs.surprisal
+        return spread_back(score, SPAN_BEFORE)
+
+
+class Deviation(Selector):
+    name = "deviation"
+    needs = ("first_layer",)
+
+    def scores(self, inputs):
+        (nk, nv), (mk, mv) = inputs.native_first[0], inputs.mapped_first[0]
+        error = lambda n, m: ((n.float() - m.float()).norm(dim=-1) / n.float().norm(dim=-1).clamp(min=1e-6)).mean(1)  # noqa: E731
+        return error(nk, mk) + error(nv, mv)
+
+
+class Query(Selector):
+    name = "query"
+    needs = ("query",)
+
+    def scores(self, inputs):
+        return spread_back(inputs.query_attention, SPAN_BEFORE)
+
+
+class Oracle(Selector):
+    name = "oracle"
+    needs = ("spans",)
+
+    def scores(self, inputs):
+        start, end = inputs.offsets[..., 0], inputs.offsets[..., 1]
+        score = torch.zeros(inputs.receiver_ids.shape)
+        for row, spans in enumerate(inputs.spans):
+            for a, b in spans:
+                score[row] += ((start[row] < b) & (end[row] > a) & (end[row] > start[row])).float()
+        return score
+
+
+SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Deviation, Query, Oracle)}
+
+
+def get_selector(name: str) -> Selector:
+    if name not in SELECTORS:
+        raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECTORS)}.")
+    return SELECTORS[name]()
+
+
+def spread_back(score: torch.Tensor, before: int) -> torch.Tensor:
+    """``[B, T]``: each position also takes the score of any of the ``before`` positions after it, so the tokens
+    just before a chosen one (a value's name) rank with it."""
+    if before <= 0:
+        return score
+    padded = torch.nn.functional.pad(score[:, None], (0, before), value=float("-inf"))
+    return torch.nn.functional.max_pool1d(padded, before + 1, stride=1)[:, 0]
+
+
+def digit_tokens(tokenizer, ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` bool: tokens whose text holds a digit (looked up once per distinct id)."""
+    unique = torch.unique(ids)
+    texts = tokenizer.convert_ids_to_tokens(unique.tolist())
+    digit = torch.tensor([any(c.isdigit() for c in (t or "")) for t in texts])
+    return digit[torch.searchsorted(unique, ids)]
+
+
+@dataclass
+class Choice:
+    """Chosen positions: ``index`` ``[B, n]`` columns of the receiver cache, ``valid`` ``[B, n]`` which are real,
+    ``share``: chosen / mapped positions over the batch."""
+
+    index: torch.Tensor
+    valid: torch.Tensor
+    share: float = field(default=0.0)
+
+
+def choose(scores: torch.Tensor, mapped_mask: torch.Tensor, fraction: float | None) -> Choice:
+    """Per row, the top ``fraction`` of its mapped positions by ``scores`` (``[B, Tr]``), at least one when the
+    fraction is above 0; ``fraction=None`` takes every position with a positive score (the oracle's spans)."""
+    counts = mapped_mask.sum(1)
+    if fraction is None:
+        wanted = ((scores > 0) & mapped_mask).sum(1)
+    else:
+        wanted = torch.where(counts > 0, (counts * fraction).round().long().clamp(min=1 if fraction > 0 else 0), 0)
+        wanted = torch.minimum(wanted, counts)
+    n = int(wanted.max()) if len(wanted) else 0
+    ranked = scores.float().masked_fill(~mapped_mask, float("-inf")).sort(dim=1, descending=True, stable=True).indices[:, :n]
+    valid = torch.arange(n)[None] < wanted[:, None]
+    index = torch.where(valid, ranked, ranked[:, :1] if n else ranked)
+    index, order = index.sort(dim=1)  # by position, as a forward reads them
+    valid = valid.gather(1, order)
+    share = float(wanted.sum()) / max(int(counts.sum()), 1)
+    return Choice(index=index, valid=valid, share=share)

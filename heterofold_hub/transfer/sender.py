@@ -1,0 +1,166 @@
+"""The sender side of a hand-off: prefill texts into exactly the cache ``transfer`` expects.
+
+    prefill = prefill_sender(sender, ["context one", "context two"])   # right-padded, every position kept
+    result = pipeline.transfer(prefill, prefill.texts)
+
+The cache keeps every position of every layer (a sliding-window sender such as Gemma 3 still attends within its
+window), the texts are tokenized as the plan tokenizes them (special prefix included, e.g. SmolLM2's
+``<|endoftext|>``), and the token ids of each row are kept beside the cache, so a transfer can check that the cache
+belongs to the texts it is given. ``surprisal=True`` also returns each token's surprisal under the sender (a cheap
+signal of content worth recomputing: names, numbers, identifiers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import LayerKV, cache_layers, full_cache
+
+SURPRISAL_CHUNK = 256  # positions per LM-head chunk: a 262k-vocabulary head over 2048 positions would be GBs
+
+
+@dataclass
+class SenderPrefill:
+    """A sender's cache of ``texts`` and what it was computed from.
+
+    - ``cache``: the sender's ``DynamicCache``, layers ``[B, Hs, Ts, Ds]``, right-padded;
+    - ``input_ids`` / ``attention_mask`` ``[B, Ts]``: the sender tokens of each row (right-padded);
+    - ``offsets``: per row, character offsets ``[T_b, 2]`` of its tokens;
+    - ``surprisal`` ``[B, Ts]`` (or None): ``-log p(token | tokens before)`` in nats under the sender (0 at a row's
+      first token and at padding).
+    """
+
+    cache: DynamicCache
+    texts: list[str]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    offsets: list[torch.Tensor]
+    surprisal: torch.Tensor | None = None
+
+    @property
+    def layers(self) -> list[LayerKV]:
+        return cache_layers(self.cache)
+
+    def row_ids(self, row: int) -> list[int]:
+        return self.input_ids[row, : int(self.attention_mask[row].sum())].tolist()
+
+    def digests(self) -> list[str]:
+        """Per row, the sha256 of its sender token ids (what a cache of that row was computed from)."""
+        return [token_digest(self.row_ids(row)) for row in range(len(self.texts))]
+
+
+def token_digest(ids: list[int]) -> str:
+    """A stable digest of a token id sequence (``sha256:`` of the ids as little-endian int64)."""
+    return "sha256:" + hashlib.sha256(torch.tensor(ids, dtype=torch.int64).numpy().tobytes()).hexdigest()
+
+
+def as_texts(texts: str | list[str]) -> list[str]:
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or not all(isinstance(t, str) and t for t in texts):
+        raise HeteroFoldError("Pass the context as a non-empty string or a list of non-empty strings.")
+    return texts
+
+
+def sender_inputs(sender: Side, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Right-padded sender ids and mask ``[B, Ts]`` and per-row offsets, checked against the sender's positions."""
+    encoded = [encode(sender.tokenizer, text) for text in texts]
+    width = max(len(ids) for ids, _ in encoded)
+    if width > sender.spec.max_positions:
+        raise HeteroFoldError(
+            f"A context is {width} sender tokens long but {sender.name!r} allows {sender.spec.max_positions} "
+            "positions. Pass a shorter context."
+        )
+    ids = torch.full((len(encoded), width), sender.tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (tokens, _) in enumerate(encoded):
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    return ids, mask, [offsets for _, offsets in encoded]
+
+
+@torch.no_grad()
+def prefill_sender(sender: Side, texts: str | list[str], *, surprisal: bool = False) -> SenderPrefill:
+    """Run the frozen sender over ``texts`` (right-padded) into a cache that keeps every position."""
+    if sender.model is None:
+        raise HeteroFoldError(f"The sender model {sender.name!r} is not loaded; load it (Side.load, or "
+                              "HeteroFoldModel.from_pretrained(..., load_sender=True)) to prefill with it.")
+    texts = as_texts(texts)
+    ids, mask, offsets = sender_inputs(sender, texts)
+    model, device = sender.model, sender.model.device
+    final = []  # the last hidden states, caught where the LM head reads them, when surprisal is asked for
+    hook = _final_norm(model).register_forward_hook(lambda _m, _i, out: final.append(out)) if surprisal else None
+    try:
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True, cache=full_cache(),
+                    **cache_only(model))
+    finally:
+        if hook is not None:
+            hook.remove()
+    scores = _surprisal(model, final[0], ids.to(device), mask.to(device)).cpu() if surprisal else None
+    return SenderPrefill(cache=out.cache, texts=texts, input_ids=ids, attention_mask=mask, offsets=offsets,
+                         surprisal=scores)
+
+
+def _final_norm(model) -> torch.nn.Module:
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    if norm is None:
+        raise HeteroFoldError(f"surprisal=True needs the final norm at `model.model.norm`; {type(model).__name__} "
+                              "has none. Prefill without surprisal.")
+    return norm
+
+
+def _surprisal(model, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` nats: ``-log p(ids[t] | ids[:t])`` from the final hidden states ``[B, T, E]``, in chunks of
+    positions so the full-vocabulary logits never exist at once."""
+    head, cap = model.get_output_embeddings(), getattr(model.config, "final_logit_softcapping", None)
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+    for start in range(0, ids.shape[1] - 1, SURPRISAL_CHUNK):
+        stop = min(start + SURPRISAL_CHUNK, ids.shape[1] - 1)
+        logits = head(hidden[:, start:stop]).float()
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        picked = logits.log_softmax(-1).gather(-1, ids[:, start + 1 : stop + 1, None]).squeeze(-1)
+        out[:, start + 1 : stop + 1] = -picked
+    return out * mask
+
+
+@torch.no_grad()
+def query_attention(sender: Side, layers: list[LayerKV], attention_mask: torch.Tensor,
+                    queries: list[str]) -> torch.Tensor:
+    """``[B, Ts]``: how much the sender, reading each row's ``queries[row]`` after its cached context, attends to
+    each context position (mean over layers, heads and query tokens; eager attention for this one short forward).
+
+    ``layers`` ``[B, Hs, Ts, Ds]`` the sender's cache (right-padded, ``attention_mask`` ``[B, Ts]``); it is read,
+    not extended."""
+    from heterofold_hub.transfer.kvcache import build_cache  # noqa: PLC0415 (kvcache imports nothing of ours)
+
+    if sender.model is None:
+        raise HeteroFoldError(f"select='query' reads the sender's attention, but the sender model {sender.name!r} is "
+                              "not loaded; load it (from_pretrained(..., load_sender=True)) or choose another select.")
+    if len(queries) != attention_mask.shape[0]:
+        raise HeteroFoldError(f"{len(queries)} queries for {attention_mask.shape[0]} contexts; pass one query per context.")
+    model, device = sender.model, sender.model.device
+    encoded = [encode(sender.tokenizer, q, add_special_tokens=False)[0] for q in queries]
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(queries), width), sender.tokenizer.pad_token_id or 0, dtype=torch.long)
+    query_mask = torch.zeros_like(ids)
+    for row, q in enumerate(encoded):
+        ids[row, : len(q)], query_mask[row, : len(q)] = q, 1
+    positions = attention_mask.sum(1, keepdim=True) + torch.arange(width)[None]
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # the only implementation that returns attention weights
+    try:
+        out = model(input_ids=ids.to(device), attention_mask=torch.cat([attention_mask, query_mask], 1).to(device),
+                    position_ids=positions.to(device), cache=build_cache(layers), use_cache=True,
+                    output_attentions=True, **cache_only(model))
+    finally:
+        model.set_attn_implementation(previous)
+    context = attention_mask.shape[1]
+    weights = torch.stack([a[..., :context].float().mean(1) for a in out.attentions]).mean(0)  # [B, q, Ts]
+    weights = (weights * query_mask[:, :, None].to(weights)).sum(1) / query_mask.sum(1, keepdim=True).to(weights)
+    return weights.cpu() * attention_mask

@@ -1,0 +1,168 @@
+"""Selective native recompute, the sender helper and the receiver reading its own prompt, on real tiny models.
+
+The checks hold against the receiver's own prefill: recompute=1 gives native prefill's cache and continuation,
+recompute=0 leaves the transfer untouched, a recomputed position's first-layer K/V is native (it depends on the token
+alone there) while every other position keeps its mapped K/V.
+"""
+
+import pytest
+import torch
+
+from heterofold_hub.base_models.arch import SUPPORTED_ARCHITECTURES
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.kvcache import cache_layers
+from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.transfer.selection import SELECTORS, choose, spread_back
+from heterofold_hub.transfer.sender import prefill_sender
+
+from conftest import GEMMA3_WINDOW, tiny_model
+from helpers import random_affine, texts
+
+ARCHS = sorted(SUPPORTED_ARCHITECTURES)
+CONTEXTS = [texts()[1][:260], texts()[2][:140]]  # two rows of different lengths: left padding is exercised
+
+
+def pipeline(receiver_arch: str, bpe, unigram) -> TransferPipeline:
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=3, seed=2), unigram)
+    return TransferPipeline(random_affine(sender.model, receiver.model, 2, seed=3), sender, receiver)
+
+
+def real_rows(result):
+    """``[B, 1, T, 1]`` mask of a result's real (not padding) cached positions, to compare caches on."""
+    return result.attention_mask[:, None, :-1, None].bool()
+
+
+def layer_pairs(a, b):
+    """Per layer, the two caches' keys and values over the positions both keep (a sliding layer its window)."""
+    for (ka, va), (kb, vb) in zip(cache_layers(a.cache), cache_layers(b.cache), strict=True):
+        kept = ka.shape[2]
+        assert kb.shape[2] == kept
+        yield (ka, kb), (va, vb), real_rows(a)[:, :, -kept:]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_recompute_everything_is_native_prefill(arch, bpe, unigram):
+    pipe = pipeline(arch, bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    native = native_prefill(pipe.receiver, CONTEXTS)
+    full = pipe.transfer(prefill, CONTEXTS, recompute=1.0, select="tail")
+    assert full.recompute["share"] == 1.0
+    if arch == "gemma3_text":  # the contexts run past the sliding window, so that path is the one tested
+        assert len(unigram(CONTEXTS[0]).input_ids) > 4 * GEMMA3_WINDOW
+    for (k, nk), (v, nv), rows in layer_pairs(full, native):
+        for got, want in ((k, nk), (v, nv)):
+            assert torch.allclose(got * rows, want * rows, atol=1e-4), (got * rows - want * rows).abs().max()
+    kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert torch.equal(pipe.generate(full, prompt="\ndef f", **kw), pipe.generate(native, prompt="\ndef f", **kw))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_recompute_zero_is_the_pure_transfer(arch, bpe, unigram):
+    pipe = pipeline(arch, bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    pure = pipe.transfer(prefill.cache, CONTEXTS)
+    zero = pipe.transfer(prefill, CONTEXTS, recompute=0.0, select="query")
+    assert zero.recompute is None
+    for (k, k0), (v, v0), _ in layer_pairs(pure, zero):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_partial_recompute_replaces_exactly_the_chosen_rows(arch, bpe, unigram):
+    """At layer 0 a position's K/V depend on its token alone, so a recomputed row there is native exactly; every
+    row not chosen keeps the mapped K/V it had, at every layer."""
+    pipe = pipeline(arch, bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    pure = pipe.transfer(prefill, CONTEXTS)
+    part = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail")
+    native = native_prefill(pipe.receiver, CONTEXTS)
+    assert 0.2 < part.recompute["share"] < 0.3
+    plan = pipe.plan(CONTEXTS)
+    columns = plan.cache_tokens
+    counts = plan.alignment.mapped_mask.sum(1)
+    chosen = torch.zeros((len(CONTEXTS), columns), dtype=torch.bool)
+    for row, count in enumerate(counts.tolist()):  # "tail": the last quarter of each row's mapped positions
+        chosen[row, columns - round(count * 0.25):] = True
+    for i, ((k, kp), (v, vp), rows) in enumerate(layer_pairs(part, pure)):
+        kept = k.shape[2]
+        picked = chosen[:, -kept:][:, None, :, None] & rows
+        untouched = ~chosen[:, -kept:][:, None, :, None] & rows
+        for got, mapped in ((k, kp), (v, vp)):
+            assert torch.equal(got * untouched, mapped * untouched)
+            assert not torch.allclose(got * picked, mapped * picked)
+        if i == 0:
+            nk, nv = (x[:, :, -kept:] for x in cache_layers(native.cache)[0])
+            assert torch.allclose(k * picked, nk * picked, atol=1e-5)
+            assert torch.allclose(v * picked, nv * picked, atol=1e-5)
+
+
+def test_repair_layers_makes_the_first_layers_native_everywhere(bpe, unigram):
+    pipe = pipeline("llama", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    native = native_prefill(pipe.receiver, CONTEXTS)
+    repaired = pipe.transfer(prefill, CONTEXTS, repair_layers=2)
+    pure = pipe.transfer(prefill, CONTEXTS)
+    pairs = list(layer_pairs(repaired, native))
+    for (k, nk), (v, nv), rows in pairs[:2]:
+        assert torch.allclose(k * rows, nk * rows, atol=1e-5) and torch.allclose(v * rows, nv * rows, atol=1e-5)
+    (k, k0), _, _ = list(layer_pairs(repaired, pure))[2]
+    assert torch.equal(k, k0)  # the third layer stays mapped
+
+
+@pytest.mark.parametrize("select", sorted(SELECTORS))
+def test_every_strategy_runs_and_recomputes_its_share(select, bpe, unigram):
+    pipe = pipeline("qwen2", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS, surprisal=True)
+    spans = [[(10, 40)], [(0, 25)]]
+    result = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select=select, query="def answer():", spans=spans)
+    share = result.recompute["share"]
+    assert (0 < share < 0.2) if select == "oracle" else abs(share - 0.1) < 0.02
+    assert all(torch.isfinite(k).all() for k, _ in cache_layers(result.cache))
+
+
+def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
+    pipe = pipeline("llama", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    with pytest.raises(HeteroFoldError, match=r"recompute=1\.5.*\[0, 1\]"):
+        pipe.transfer(prefill, CONTEXTS, recompute=1.5)
+    with pytest.raises(HeteroFoldError, match=r"select='nearest'.*content.*oracle"):
+        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="nearest")
+    with pytest.raises(HeteroFoldError, match=r"query=\.\.\."):
+        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query")
+    with pytest.raises(HeteroFoldError, match="3 queries for 2 contexts"):
+        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query", query=["a", "b", "c"])
+
+
+def test_choose_takes_each_rows_top_share_in_position_order():
+    scores = torch.tensor([[0.0, 5.0, 1.0, 4.0, 3.0, 2.0], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0]])
+    mapped = torch.tensor([[False, True, True, True, True, True], [False, False, False, True, True, True]])
+    choice = choose(scores, mapped, 0.4)  # row 0: 5 mapped -> 2 (cols 1, 3); row 1: 3 mapped -> 1 (col 3)
+    assert choice.index[0].tolist() == [1, 3] and choice.valid[0].tolist() == [True, True]
+    assert choice.index[1][choice.valid[1]].tolist() == [3]
+    assert choice.share == pytest.approx(3 / 8)
+    assert spread_back(torch.tensor([[0.0, 0.0, 0.0, 7.0, 0.0]]), 2).tolist() == [[0.0, 7.0, 7.0, 7.0, 0.0]]
+
+
+def test_prefill_sender_surprisal_is_the_models_own(bpe):
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=2, seed=1), bpe)
+    prefill = prefill_sender(sender, CONTEXTS, surprisal=True)
+    ids = prefill.input_ids
+    logits = sender.model(input_ids=ids, attention_mask=prefill.attention_mask).logits.float()
+    want = -logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1) * prefill.attention_mask[:, 1:]
+    assert torch.allclose(prefill.surprisal[:, 1:], want, atol=1e-4)
+    assert prefill.surprisal[:, 0].eq(0).all()
+    assert prefill.row_ids(1) == bpe(CONTEXTS[1]).input_ids  # the special prefix included, no padding
+
+
+def test_prompts_of_different_lengths_answer_as_each_row_alone(bpe, unigram):
+    """Batched generate(prompt=) with prompts of different token counts equals each row transferred alone."""
+    pipe = pipeline("gemma3_text", bpe, unigram)
+    prompts = ["\ndef f(x):", "\n# a much longer question about the context above"]
+    assert len(set(len(unigram(p, add_special_tokens=False).input_ids) for p in prompts)) == 2
+    kw = dict(max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    batched = pipe.generate(pipe.transfer(prefill_sender(pipe.sender, CONTEXTS), CONTEXTS), prompt=prompts, **kw)
+    for row, (context, prompt) in enumerate(zip(CONTEXTS, prompts)):
+        alone = pipe.generate(pipe.transfer(prefill_sender(pipe.sender, [context]), [context]), prompt=prompt, **kw)
+        assert torch.equal(batched[row], alone[0])
