@@ -10,7 +10,6 @@ deterministic, so ``load`` then ``save`` rewrites a file byte for byte.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.base import next_patch, validate_version, version_key
 from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: also imported from here by callers
-    SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry,
+    SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
 )
 from heterofold_hub.io import write_json_atomic
 
@@ -110,14 +109,13 @@ class Registry:
         """Read and strictly validate ``path``; RegistryError names the file, the field and the fix."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise RegistryError(f"{path}: no such registry file; expected the path of an existing registry.json: "
+                                "check it for a typo.", "missing-file") from None
         except OSError as e:
-            raise RegistryError(f"{path}: cannot read the registry: {e.strerror or e}.") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RegistryError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}.") from None
-        return cls(EntryParser(str(path)).registry(data), path)
+            raise RegistryError(f"{path}: cannot read the registry: {e.strerror or e}.", "unreadable") from None
+        return cls(EntryParser(str(path)).registry(load_json(raw, str(path))), path)
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "adapters": [e.to_dict() for e in self.entries()]}
@@ -144,7 +142,11 @@ class Registry:
                "receiver": receiver.to_dict(), "summary": summary,
                "versions": [{"version": version, "commit": commit, "files": files, "metrics": metrics}]}
         new = EntryParser(f"add_version({repo_id!r}, {version!r})").entry(raw, "")  # same rules as a loaded file
-        old = next((e for e in self.adapters if e.repo_id == new.repo_id), None)
+        old = next((e for e in self.adapters if e.repo_id.lower() == new.repo_id.lower()), None)
+        if old is not None and old.repo_id != new.repo_id:  # load would refuse the saved file: refuse it now
+            raise RegistryError(f"{repo_id} differs only in case from the registered {old.repo_id}, and hubs treat "
+                                f"both as one repo: publish as {old.repo_id}, or choose another name.",
+                                "duplicate-repo")
         if old is None:
             self.adapters.append(new)
             return new
