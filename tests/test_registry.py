@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import shutil
 from pathlib import Path
@@ -17,8 +18,13 @@ import pytest
 
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.registry import NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry
+from heterofold_hub.hub import registry as registry_module
+from heterofold_hub.hub.registry import (
+    NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry, open_registry,
+)
 from heterofold_hub.hub.registry_schema import OPTIONAL_SPEC_FIELDS, SPEC_FIELDS
+
+from helpers import hf_fold
 
 FIXTURE = Path(__file__).parent / "data" / "registry" / "registry.json"
 L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
@@ -233,12 +239,50 @@ def test_deep_nesting_and_huge_integers_are_registry_errors(reg_path):
     assert refusal(reg_path, '{"schema_version": ' + "9" * 5000 + "}").reason == "invalid-json"
 
 
-def test_missing_default_registry_is_empty(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_FOLD_REGISTRY", str(tmp_path / "none.json"))
-    registry = load_default_registry()
-    assert registry.entries() == [] and registry.path == tmp_path / "none.json"
+# --- where the registry is: a path that was given must exist ---------------------------------------------------
+
+def test_a_missing_explicit_path_is_an_error_naming_it(tmp_path):
+    missing = tmp_path / "registy.json"  # a typo
+    with pytest.raises(RegistryError) as err:
+        open_registry(missing)
+    assert str(err.value).startswith(f"{missing}: no such registry file; expected the path of an existing "
+                                     "registry.json: check it for a typo"), err.value
+    with pytest.raises(RegistryError, match=f"^{missing}: no such registry file"):
+        Registry.load(missing)
+    assert open_registry(missing, must_exist=False).path == missing  # publishing may create it
+
+
+def test_a_missing_env_registry_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    missing = tmp_path / "none.json"
+    monkeypatch.setenv("HF_FOLD_REGISTRY", str(missing))
+    with pytest.raises(RegistryError) as err:
+        load_default_registry()
+    assert str(err.value).startswith(f"HF_FOLD_REGISTRY={missing}: no such registry file; expected the path of an "
+                                     "existing registry.json: point HF_FOLD_REGISTRY to one, or unset it"), err.value
     monkeypatch.setenv("HF_FOLD_REGISTRY", str(FIXTURE))
     assert [e.repo_id for e in load_default_registry().entries()][0] == L2Q
+
+
+def test_an_absent_default_registry_is_empty_and_list_says_so(tmp_path, monkeypatch, capsys):
+    from rich.console import Console
+
+    from heterofold_hub.commands.hub import run_list
+
+    absent = tmp_path / "registry.json"  # as in an installed wheel, which ships no registry.json
+    monkeypatch.delenv("HF_FOLD_REGISTRY", raising=False)
+    monkeypatch.setattr(registry_module, "PROJECT_REGISTRY", absent)
+    assert load_default_registry().entries() == [] and load_default_registry().path == absent
+    assert run_list(sender=None, receiver=None, family=None, method=None, registry_path=None,
+                    console=Console(file=io.StringIO())) == []
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"No registry file at {absent} (the default; none was installed): nothing to list."), err
+
+
+def test_cli_list_with_a_mistyped_env_registry_fails_naming_it(tmp_path):
+    run = hf_fold("list", env={"HF_FOLD_REGISTRY": str(tmp_path / "registy.json")})
+    assert run.returncode != 0 and "Traceback" not in run.stdout + run.stderr
+    assert f"HF_FOLD_REGISTRY={tmp_path / 'registy.json'}: no such registry file" in run.stdout + run.stderr
 
 
 # --- add_version -----------------------------------------------------------------------------------------------

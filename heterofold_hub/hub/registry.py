@@ -260,25 +260,40 @@ def _newest(entry: AdapterEntry) -> VersionEntry | None:
     return max(entry.versions, key=lambda v: (version_key(v.version), v.metrics["recovered"]), default=None)
 
 
+REGISTRY_ENV = "HF_FOLD_REGISTRY"
+# The project's own registry; an installed wheel has none, so this one alone may be absent (an empty registry).
+PROJECT_REGISTRY = Path(__file__).resolve().parents[2] / "registry.json"
+
+
 def default_registry_path() -> Path:
     """``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root."""
-    return Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[2] / "registry.json")
+    return Path(os.environ.get(REGISTRY_ENV) or PROJECT_REGISTRY)
 
 
-def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = False) -> Registry:
-    """``registry`` as a Registry: itself, the file at a path (empty, but saving there, if it does not exist
-    yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root).
-    ``must_exist``: a path given explicitly must be a file (for reading; a typo must not look like an empty
-    registry)."""
+def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = True) -> Registry:
+    """``registry`` as a Registry: itself, the file at a path, or with None the default one (``$HF_FOLD_REGISTRY``,
+    else ``registry.json`` at the repository root).
+
+    ``must_exist`` (reading, the default): a path given here or in ``$HF_FOLD_REGISTRY`` must exist, so a typo
+    never looks like an empty registry; only the project's own registry.json may be absent (an empty registry).
+    ``must_exist=False`` (publishing): a path that does not exist yet is a new, empty registry saved there."""
     if isinstance(registry, Registry):
         return registry
     path = Path(registry) if registry is not None else default_registry_path()
-    if must_exist and registry is not None and not path.is_file():
-        raise RegistryError(f"{path}: no such registry file. Pass an existing registry.json, or leave out --registry "
-                            "for the project's own.")
-    return Registry.load(path) if path.exists() else Registry.empty(path)
+    if path.exists():
+        return Registry.load(path)
+    if must_exist and registry is not None:
+        raise RegistryError(f"{path}: no such registry file; expected the path of an existing registry.json: check it "
+                            f"for a typo, or give none to use the default ({default_registry_path()}).",
+                            "missing-file")
+    if must_exist and path != PROJECT_REGISTRY:
+        raise RegistryError(f"{REGISTRY_ENV}={path}: no such registry file; expected the path of an existing "
+                            f"registry.json: point {REGISTRY_ENV} to one, or unset it for the project's own "
+                            f"({PROJECT_REGISTRY}).", "missing-file")
+    return Registry.empty(path)
 
 
 def load_default_registry() -> Registry:
-    """The registry at $HF_FOLD_REGISTRY, else ``registry.json`` at the repository root; empty if absent."""
+    """The registry at $HF_FOLD_REGISTRY (which must exist), else ``registry.json`` at the repository root
+    (empty if absent)."""
     return open_registry(None)
