@@ -170,7 +170,8 @@ class HeteroFoldModel:
                                   f"it with `hf-fold compose {self.sender.name} {self.receiver.name} --via "
                                   f"{self.resolved.path.pivot} --out DIR` (which scores it), then `hf-fold push DIR`.")
         return push_package(self.resolved.folder, repo_id=repo_id, version=version,
-                            hub=get_hub(hub, hub_dir=hub_dir, token=token), registry=open_registry(registry))
+                            hub=get_hub(hub, hub_dir=hub_dir, token=token),
+                            registry=open_registry(registry, must_exist=False))
 
     def __repr__(self) -> str:
         where = "native prefill (fallback)" if self.resolved is None else self.resolved.describe()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import shutil
 from pathlib import Path
@@ -17,8 +18,13 @@ import pytest
 
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.registry import NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry
+from heterofold_hub.hub import registry as registry_module
+from heterofold_hub.hub.registry import (
+    NoAdapterError, PairEnd, Registry, RegistryError, load_default_registry, open_registry,
+)
 from heterofold_hub.hub.registry_schema import OPTIONAL_SPEC_FIELDS, SPEC_FIELDS
+
+from helpers import hf_fold
 
 FIXTURE = Path(__file__).parent / "data" / "registry" / "registry.json"
 L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
@@ -126,12 +132,157 @@ def test_error_messages_say_what_is_expected(reg_path):
         Registry.load(reg_path)
 
 
-def test_missing_default_registry_is_empty(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_FOLD_REGISTRY", str(tmp_path / "none.json"))
-    registry = load_default_registry()
-    assert registry.entries() == [] and registry.path == tmp_path / "none.json"
+# --- what json.loads takes on trust: each refused with the JSON path, the bad value and the fix ---------------
+
+FIXTURE_TEXT = FIXTURE.read_text()
+FIRST_RECOVERED = '"recovered": 0.85'  # adapters[0].versions[0] (v1.0.0) in the fixture's text
+
+
+def refusal(path: Path, content: bytes | str) -> RegistryError:
+    """The RegistryError that loading ``content`` from a real file at ``path`` raises."""
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(RegistryError) as err:
+        Registry.load(path)
+    assert str(err.value).startswith(str(path)), err.value
+    return err.value
+
+
+def test_fixture_text_has_the_spots_these_tests_edit():
+    assert FIXTURE_TEXT.count(FIRST_RECOVERED) == 1 and FIXTURE_TEXT.count('"summary": "') == 3
+
+
+def test_a_non_utf8_byte_in_a_string_is_refused_naming_its_path(reg_path):
+    raw = FIXTURE_TEXT.encode().replace(b'"summary": "', b'"summary": "caf\xe9 ', 1)  # a Latin-1 editor's e-acute
+    err = refusal(reg_path, raw)
+    assert err.reason == "not-utf8"
+    assert ": adapters[0].summary: found byte 0xe9 (offset " in str(err), err
+    assert "which is not UTF-8; expected a UTF-8 text file: re-save it as UTF-8" in str(err)
+
+
+def test_a_non_utf8_byte_outside_strings_is_refused_naming_its_line(reg_path):
+    err = refusal(reg_path, b'{"schema_version": 1,\n \xff "adapters": []}')
+    assert err.reason == "not-utf8"
+    assert ": found byte 0xff (offset 23, line 2), which is not UTF-8" in str(err), err
+
+
+@pytest.mark.parametrize("value, shown", [("true", "bool True"), ("1.0", "float 1.0"), ('"1"', "str '1'")])
+def test_schema_version_must_be_the_integer_1(reg_path, value, shown):
+    err = refusal(reg_path, FIXTURE_TEXT.replace('"schema_version": 1', f'"schema_version": {value}', 1))
+    assert err.reason == "schema-version"
+    assert f': schema_version: found {shown}; expected the integer 1: write "schema_version": 1.' in str(err), err
+
+
+def test_schema_version_0_is_not_called_newer(reg_path):
+    err = refusal(reg_path, FIXTURE_TEXT.replace('"schema_version": 1', '"schema_version": 0', 1))
+    assert 'found 0; expected one of [1]' in str(err) and "upgrade" not in str(err), err
+
+
+@pytest.mark.parametrize("literal, shown", [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"),
+                                            ("1e999", "Infinity")])  # 1e999 overflows to inf
+def test_nan_and_infinite_metrics_are_refused(reg_path, literal, shown):
+    err = refusal(reg_path, FIXTURE_TEXT.replace(FIRST_RECOVERED, f'"recovered": {literal}', 1))
+    assert err.reason == "non-finite"
+    assert f": adapters[0].versions[0].metrics.recovered: found {shown}; expected a finite number" in str(err), err
+    assert "write the measured value" in str(err)
+
+
+def test_a_nan_metric_is_refused_by_add_version_too(registry):
+    with pytest.raises(RegistryError, match=r"versions\[0\]\.metrics\.recovered: found NaN; expected a finite"):
+        new_version(registry, "v3.0.0", recovered=float("nan"))
+
+
+def test_a_duplicate_json_key_is_refused_naming_it(reg_path):
+    err = refusal(reg_path, FIXTURE_TEXT.replace(FIRST_RECOVERED, f'"recovered": 0.1, {FIRST_RECOVERED}', 1))
+    assert err.reason == "duplicate-key"
+    assert (": adapters[0].versions[0].metrics.recovered: found the key 'recovered' twice in one object; expected "
+            "each key once (JSON readers keep only the last value, silently): delete the stale one.") in str(err), err
+
+
+def test_a_duplicate_file_name_key_is_named_by_its_quoted_path(reg_path):
+    name = '"adapter.safetensors": '
+    start = FIXTURE_TEXT.index(name)
+    line = FIXTURE_TEXT[start:FIXTURE_TEXT.index("\n", start)]  # '"adapter.safetensors": "sha256:...",'
+    err = refusal(reg_path, FIXTURE_TEXT.replace(line, line + line, 1))
+    assert (": adapters[0].versions[0].files['adapter.safetensors']: found the key 'adapter.safetensors' "
+            "twice") in str(err), err
+
+
+def test_repo_ids_that_differ_only_in_case_are_refused(reg_path):
+    data = copy.deepcopy(FIXTURE_DATA)
+    data["adapters"].append({**copy.deepcopy(data["adapters"][0]), "repo_id": L2Q.replace("heterofold", "HeteroFold")})
+    err = refusal(reg_path, json.dumps(data))
+    assert err.reason == "duplicate-repo"
+    assert (f": adapters[3].repo_id: found 'HeteroFold/tiny-llama-code-to-tiny-qwen-code', which differs only in case "
+            f"from '{L2Q}' at adapters[0]; expected each repo_id once, ignoring case") in str(err), err
+
+
+def test_add_version_refuses_a_repo_id_that_differs_only_in_case(registry):
+    with pytest.raises(RegistryError, match=f"differs only in case from the registered {L2Q}.*publish as {L2Q}"):
+        new_version(registry, "v3.0.0", repo_id=L2Q.upper())
+
+
+def test_a_lone_surrogate_escape_is_refused(reg_path):
+    err = refusal(reg_path, FIXTURE_TEXT.replace('"summary": "', '"summary": "\\udcff', 1))
+    assert err.reason == "surrogate"
+    assert ": adapters[0].summary: found a lone surrogate \\udcff in" in str(err), err
+
+
+def test_layer_types_must_be_strings(reg_path):
+    data = copy.deepcopy(FIXTURE_DATA)
+    data["adapters"][0]["sender"]["spec"]["layer_types"] = ["full_attention", 7]
+    err = refusal(reg_path, json.dumps(data))
+    assert ": adapters[0].sender.spec.layer_types[1]: found int 7; expected a string." in str(err), err
+
+
+def test_deep_nesting_and_huge_integers_are_registry_errors(reg_path):
+    assert refusal(reg_path, "[" * 100_000).reason == "invalid-json"
+    assert refusal(reg_path, '{"schema_version": ' + "9" * 5000 + "}").reason == "invalid-json"
+
+
+# --- where the registry is: a path that was given must exist ---------------------------------------------------
+
+def test_a_missing_explicit_path_is_an_error_naming_it(tmp_path):
+    missing = tmp_path / "registy.json"  # a typo
+    with pytest.raises(RegistryError) as err:
+        open_registry(missing)
+    assert str(err.value).startswith(f"{missing}: no such registry file; expected the path of an existing "
+                                     "registry.json: check it for a typo"), err.value
+    with pytest.raises(RegistryError, match=f"^{missing}: no such registry file"):
+        Registry.load(missing)
+    assert open_registry(missing, must_exist=False).path == missing  # publishing may create it
+
+
+def test_a_missing_env_registry_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    missing = tmp_path / "none.json"
+    monkeypatch.setenv("HF_FOLD_REGISTRY", str(missing))
+    with pytest.raises(RegistryError) as err:
+        load_default_registry()
+    assert str(err.value).startswith(f"HF_FOLD_REGISTRY={missing}: no such registry file; expected the path of an "
+                                     "existing registry.json: point HF_FOLD_REGISTRY to one, or unset it"), err.value
     monkeypatch.setenv("HF_FOLD_REGISTRY", str(FIXTURE))
     assert [e.repo_id for e in load_default_registry().entries()][0] == L2Q
+
+
+def test_an_absent_default_registry_is_empty_and_list_says_so(tmp_path, monkeypatch, capsys):
+    from rich.console import Console
+
+    from heterofold_hub.commands.hub import run_list
+
+    absent = tmp_path / "registry.json"  # as in an installed wheel, which ships no registry.json
+    monkeypatch.delenv("HF_FOLD_REGISTRY", raising=False)
+    monkeypatch.setattr(registry_module, "PROJECT_REGISTRY", absent)
+    assert load_default_registry().entries() == [] and load_default_registry().path == absent
+    assert run_list(sender=None, receiver=None, family=None, method=None, registry_path=None,
+                    console=Console(file=io.StringIO())) == []
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"No registry file at {absent} (the default; none was installed): nothing to list."), err
+
+
+def test_cli_list_with_a_mistyped_env_registry_fails_naming_it(tmp_path):
+    run = hf_fold("list", env={"HF_FOLD_REGISTRY": str(tmp_path / "registy.json")})
+    assert run.returncode != 0 and "Traceback" not in run.stdout + run.stderr
+    assert f"HF_FOLD_REGISTRY={tmp_path / 'registy.json'}: no such registry file" in run.stdout + run.stderr
 
 
 # --- add_version -----------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
     from heterofold_hub.hub import get_hub
     from heterofold_hub.hub.publishing import push_package
 
-    registry = open_registry(registry_path)
+    registry = open_registry(registry_path, must_exist=False)  # a first push creates it
     with console.status(f"publishing {repo_id} {version}"):
         published = push_package(package, repo_id=repo_id, version=version, hub=get_hub(hub, hub_dir=hub_dir, token=token),
                                  registry=registry, license=license)
@@ -106,6 +106,11 @@ def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, 
 def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
              registry_path: Path | None, console: Console, as_json: bool = False) -> list[AdapterEntry]:
     registry = open_registry(registry_path, must_exist=True)
+    if not registry.path.exists():  # only the default may be missing: say so, an empty list would look like no adapters
+        import sys
+
+        print(f"No registry file at {registry.path} (the default; none was installed): nothing to list. Pass "
+              "--registry PATH or set HF_FOLD_REGISTRY to a registry.json.", file=sys.stderr)
     entries = [e for e in registry.pairs_for(receiver_id=receiver, sender_id=sender)
                if (method is None or e.method == method)
                and (family is None or family in (e.sender.spec["model_type"], e.receiver.spec["model_type"]))]

@@ -91,7 +91,7 @@ def push_package(
     package, version = Path(package), normalize_version(version)
     validate_repo_id(repo_id)
     adapter = load_adapter(package)  # refuses a package whose weights do not match its config
-    registry = open_registry(registry)
+    registry = open_registry(registry, must_exist=False)  # the first push creates the registry file
     with locked(registry.path) if registry.path is not None else nullcontext():
         registry = _fresh(registry)  # another push may have registered something meanwhile
         for entry in registry.entries():  # fail before publishing anything

@@ -10,7 +10,6 @@ deterministic, so ``load`` then ``save`` rewrites a file byte for byte.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.base import next_patch, validate_version, version_key
 from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: also imported from here by callers
-    SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry,
+    SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
 )
 from heterofold_hub.io import write_json_atomic
 
@@ -110,14 +109,13 @@ class Registry:
         """Read and strictly validate ``path``; RegistryError names the file, the field and the fix."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise RegistryError(f"{path}: no such registry file; expected the path of an existing registry.json: "
+                                "check it for a typo.", "missing-file") from None
         except OSError as e:
-            raise RegistryError(f"{path}: cannot read the registry: {e.strerror or e}.") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RegistryError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}.") from None
-        return cls(EntryParser(str(path)).registry(data), path)
+            raise RegistryError(f"{path}: cannot read the registry: {e.strerror or e}.", "unreadable") from None
+        return cls(EntryParser(str(path)).registry(load_json(raw, str(path))), path)
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "adapters": [e.to_dict() for e in self.entries()]}
@@ -144,7 +142,11 @@ class Registry:
                "receiver": receiver.to_dict(), "summary": summary,
                "versions": [{"version": version, "commit": commit, "files": files, "metrics": metrics}]}
         new = EntryParser(f"add_version({repo_id!r}, {version!r})").entry(raw, "")  # same rules as a loaded file
-        old = next((e for e in self.adapters if e.repo_id == new.repo_id), None)
+        old = next((e for e in self.adapters if e.repo_id.lower() == new.repo_id.lower()), None)
+        if old is not None and old.repo_id != new.repo_id:  # load would refuse the saved file: refuse it now
+            raise RegistryError(f"{repo_id} differs only in case from the registered {old.repo_id}, and hubs treat "
+                                f"both as one repo: publish as {old.repo_id}, or choose another name.",
+                                "duplicate-repo")
         if old is None:
             self.adapters.append(new)
             return new
@@ -258,25 +260,40 @@ def _newest(entry: AdapterEntry) -> VersionEntry | None:
     return max(entry.versions, key=lambda v: (version_key(v.version), v.metrics["recovered"]), default=None)
 
 
+REGISTRY_ENV = "HF_FOLD_REGISTRY"
+# The project's own registry; an installed wheel has none, so this one alone may be absent (an empty registry).
+PROJECT_REGISTRY = Path(__file__).resolve().parents[2] / "registry.json"
+
+
 def default_registry_path() -> Path:
     """``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root."""
-    return Path(os.environ.get("HF_FOLD_REGISTRY") or Path(__file__).resolve().parents[2] / "registry.json")
+    return Path(os.environ.get(REGISTRY_ENV) or PROJECT_REGISTRY)
 
 
-def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = False) -> Registry:
-    """``registry`` as a Registry: itself, the file at a path (empty, but saving there, if it does not exist
-    yet), or with None the default one (``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root).
-    ``must_exist``: a path given explicitly must be a file (for reading; a typo must not look like an empty
-    registry)."""
+def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = True) -> Registry:
+    """``registry`` as a Registry: itself, the file at a path, or with None the default one (``$HF_FOLD_REGISTRY``,
+    else ``registry.json`` at the repository root).
+
+    ``must_exist`` (reading, the default): a path given here or in ``$HF_FOLD_REGISTRY`` must exist, so a typo
+    never looks like an empty registry; only the project's own registry.json may be absent (an empty registry).
+    ``must_exist=False`` (publishing): a path that does not exist yet is a new, empty registry saved there."""
     if isinstance(registry, Registry):
         return registry
     path = Path(registry) if registry is not None else default_registry_path()
-    if must_exist and registry is not None and not path.is_file():
-        raise RegistryError(f"{path}: no such registry file. Pass an existing registry.json, or leave out --registry "
-                            "for the project's own.")
-    return Registry.load(path) if path.exists() else Registry.empty(path)
+    if path.exists():
+        return Registry.load(path)
+    if must_exist and registry is not None:
+        raise RegistryError(f"{path}: no such registry file; expected the path of an existing registry.json: check it "
+                            f"for a typo, or give none to use the default ({default_registry_path()}).",
+                            "missing-file")
+    if must_exist and path != PROJECT_REGISTRY:
+        raise RegistryError(f"{REGISTRY_ENV}={path}: no such registry file; expected the path of an existing "
+                            f"registry.json: point {REGISTRY_ENV} to one, or unset it for the project's own "
+                            f"({PROJECT_REGISTRY}).", "missing-file")
+    return Registry.empty(path)
 
 
 def load_default_registry() -> Registry:
-    """The registry at $HF_FOLD_REGISTRY, else ``registry.json`` at the repository root; empty if absent."""
+    """The registry at $HF_FOLD_REGISTRY (which must exist), else ``registry.json`` at the repository root
+    (empty if absent)."""
     return open_registry(None)

@@ -1,11 +1,15 @@
 """The ``registry.json`` schema: its entries as dataclasses, and the strict parser that turns parsed JSON into them.
 
 Every failure raises :class:`RegistryError` naming the source, the JSON path, what was found and what was
-expected; ``to_dict`` writes keys in schema order, so a loaded file saves back byte for byte.
+expected; ``to_dict`` writes keys in schema order, so a loaded file saves back byte for byte. What ``json.loads``
+takes on trust is refused too: bytes that are not UTF-8, a key given twice in one object (json keeps the last),
+NaN and infinities (json reads ``NaN`` and ``Infinity``, and ``1e999`` as inf).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -27,7 +31,13 @@ _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 
 class RegistryError(HeteroFoldError):
-    """A registry file (or a registry change) that breaks the schema or the immutability of versions."""
+    """A registry file (or a registry change) that breaks the schema or the immutability of versions.
+    ``reason`` is a short tag for what was wrong ("not-utf8", "duplicate-key", "type", ...), for callers and tests
+    that count refusals without parsing messages."""
+
+    def __init__(self, message: str, reason: str = "invalid"):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -84,18 +94,19 @@ class EntryParser:
     def __init__(self, source: str):
         self.source = source
 
-    def fail(self, where: str, found: str, expected: str):
-        raise RegistryError(f"{self.source}: {where or '(top level)'}: found {found}; expected {expected}.")
+    def fail(self, where: str, found: str, expected: str, reason: str = "invalid"):
+        raise RegistryError(f"{self.source}: {where or '(top level)'}: found {found}; expected {expected}.", reason)
 
     def keys(self, obj, where: str, required: tuple, optional: tuple = ()) -> None:
         if not isinstance(obj, dict):
-            self.fail(where, f"{type(obj).__name__} {_short(obj)}", "a JSON object")
+            self.fail(where, f"{type(obj).__name__} {_short(obj)}", "a JSON object", "type")
         missing = [k for k in required if k not in obj]
         extra = sorted(set(obj) - set(required) - set(optional))
         if missing:
-            self.fail(where, f"no key(s) {', '.join(missing)}", f"keys {', '.join(required + optional)}")
+            self.fail(where, f"no key(s) {', '.join(missing)}", f"keys {', '.join(required + optional)}", "missing-key")
         if extra:
-            self.fail(_join(where, extra[0]), "an unknown key", f"only keys {', '.join(required + optional)}")
+            self.fail(_key_path(where, extra[0]), "an unknown key", f"only keys {', '.join(required + optional)}",
+                      "unknown-key")
 
     def value(self, obj, where: str, kind, *, nullable: bool = False):
         if obj is None and nullable:
@@ -105,44 +116,64 @@ class EntryParser:
             ok = isinstance(obj, (int, float)) and not isinstance(obj, bool)
         if not ok:
             name = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}[kind]
-            self.fail(where, f"{type(obj).__name__} {_short(obj)}", name + (" or null" if nullable else ""))
+            self.fail(where, f"{type(obj).__name__} {_short(obj)}", name + (" or null" if nullable else ""), "type")
+        if kind is float and not math.isfinite(obj):  # add_version's metrics do not pass through load_json
+            self.fail(where, _short(obj), NOT_FINITE, "non-finite")
         return obj
 
     def pattern(self, obj, where: str, regex: re.Pattern, expected: str) -> str:
         if not isinstance(obj, str) or not regex.fullmatch(obj):
-            self.fail(where, _short(obj), expected)
+            self.fail(where, _short(obj), expected, "format")
         return obj
 
     def hub_rule(self, obj, where: str, validator) -> str:
         try:
             return validator(obj)
         except HubError as e:  # the hub's message already says what was found and what is expected
-            raise RegistryError(f"{self.source}: {where}: {e}") from None
+            raise RegistryError(f"{self.source}: {where}: {e}", "format") from None
 
     def registry(self, data) -> list[AdapterEntry]:
         self.keys(data, "", ("schema_version", "adapters"))
-        if data["schema_version"] not in READABLE_SCHEMAS:
-            self.fail("schema_version", _short(data["schema_version"]),
-                      f"one of {list(READABLE_SCHEMAS)} (the registry schemas this heterofold-hub reads); "
-                      "this file is newer: upgrade heterofold-hub (pip install -U heterofold-hub)")
+        self.schema_version(data["schema_version"])
         entries, seen = [], {}
         for i, raw in enumerate(self.value(data["adapters"], "adapters", list)):
             entry = self.entry(raw, f"adapters[{i}]")
-            if entry.repo_id in seen:
-                self.fail(f"adapters[{i}].repo_id", f"{entry.repo_id!r} again (first at adapters[{seen[entry.repo_id]}])",
-                          "each repo_id once; merge the versions into one entry")
-            seen[entry.repo_id] = i
+            self.unique_repo(entry.repo_id, f"adapters[{i}].repo_id", seen)
+            seen[entry.repo_id.lower()] = (i, entry.repo_id)
             entries.append(entry)
         return entries
+
+    def schema_version(self, found) -> None:
+        if type(found) is not int:  # true == 1 and 1.0 == 1 in Python, but neither is the schema number 1
+            self.fail("schema_version", f"{type(found).__name__} {_short(found)}",
+                      f'the integer {SCHEMA_VERSION}: write "schema_version": {SCHEMA_VERSION}', "schema-version")
+        if found not in READABLE_SCHEMAS:
+            newer = ("this file is newer: upgrade heterofold-hub (pip install -U heterofold-hub)"
+                     if found > max(READABLE_SCHEMAS) else f'write "schema_version": {SCHEMA_VERSION}')
+            self.fail("schema_version", _short(found),
+                      f"one of {list(READABLE_SCHEMAS)} (the registry schemas this heterofold-hub reads); {newer}",
+                      "schema-version")
+
+    def unique_repo(self, repo_id: str, where: str, seen: dict) -> None:
+        """Hubs resolve repo ids without regard to case, so 'Org/Name' would shadow 'org/name': one of them only."""
+        if repo_id.lower() not in seen:
+            return
+        first_index, first = seen[repo_id.lower()]
+        if first == repo_id:
+            self.fail(where, f"{repo_id!r} again (first at adapters[{first_index}])",
+                      "each repo_id once; merge the versions into one entry", "duplicate-repo")
+        self.fail(where, f"{repo_id!r}, which differs only in case from {first!r} at adapters[{first_index}]",
+                  "each repo_id once, ignoring case (hubs treat both as one repo): rename one, or merge the versions "
+                  "into one entry", "duplicate-repo")
 
     def entry(self, raw, where: str) -> AdapterEntry:
         self.keys(raw, where, ("repo_id", "hub", "method", "sender", "receiver", "summary", "versions"))
         hub = self.value(raw["hub"], _join(where, "hub"), str)
         if hub not in HUB_NAMES and not hub.startswith(("http://", "https://")):
-            self.fail(_join(where, "hub"), _short(hub), f"one of {', '.join(HUB_NAMES)} or an http(s):// URL")
+            self.fail(_join(where, "hub"), _short(hub), f"one of {', '.join(HUB_NAMES)} or an http(s):// URL", "format")
         method = self.value(raw["method"], _join(where, "method"), str)
         if not method:
-            self.fail(_join(where, "method"), "an empty string", "a method name such as 'heterofold'")
+            self.fail(_join(where, "method"), "an empty string", "a method name such as 'heterofold'", "format")
         entry = AdapterEntry(
             repo_id=self.hub_rule(raw["repo_id"], _join(where, "repo_id"), validate_repo_id), hub=hub, method=method,
             sender=self.end(raw["sender"], _join(where, "sender")),
@@ -152,7 +183,7 @@ class EntryParser:
             version = self.version(v, _join(where, f"versions[{j}]"))
             if any(old.version == version.version for old in entry.versions):
                 self.fail(_join(where, f"versions[{j}].version"), f"{version.version} twice",
-                          "each version once (published versions are immutable)")
+                          "each version once (published versions are immutable)", "duplicate-version")
             entry.versions.append(version)
         entry.versions.sort(key=lambda v: version_key(v.version))
         return entry
@@ -164,6 +195,8 @@ class EntryParser:
         for name, kind in {**SPEC_FIELDS, **OPTIONAL_SPEC_FIELDS}.items():
             if name in spec:
                 self.value(spec[name], f"{where}.spec.{name}", kind)
+        for k, layer_type in enumerate(spec.get("layer_types", [])):
+            self.value(layer_type, f"{where}.spec.layer_types[{k}]", str)
         return PairEnd(id=self.hub_rule(raw["id"], _join(where, "id"), validate_repo_id),
                        revision=self.value(raw["revision"], _join(where, "revision"), str, nullable=True),
                        tokenizer=self.pattern(raw["tokenizer"], _join(where, "tokenizer"), _FINGERPRINT_RE,
@@ -175,7 +208,8 @@ class EntryParser:
         files = self.value(raw["files"], _join(where, "files"), dict)
         for name, digest in files.items():
             if not name or "/" in name or "\\" in name or name.startswith("."):
-                self.fail(f"{where}.files", f"file name {name!r}", "plain file names (adapter folders are flat)")
+                self.fail(f"{where}.files", f"file name {name!r}", "plain file names (adapter folders are flat)",
+                          "format")
             self.pattern(digest, f"{where}.files[{name!r}]", _FINGERPRINT_RE, "'sha256:' + 64 lowercase hex digits")
         metrics = raw["metrics"]
         self.keys(metrics, _join(where, "metrics"), ("recovered",), tuple(k for k in METRIC_FIELDS if k != "recovered"))
@@ -185,6 +219,101 @@ class EntryParser:
                             commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                                 "a 40-hex-digit git commit"),
                             files=dict(files), metrics=dict(metrics))
+
+
+NOT_FINITE = ("a finite number (JSON has no NaN or Infinity, and 1e999 overflows to Infinity): write the measured "
+              "value, or leave out an optional metric that was not measured")
+
+
+class _Object(dict):
+    """A parsed JSON object that remembers the first key it was given twice (json.loads keeps the last silently)."""
+
+    duplicate: str | None = None
+
+
+def _object(pairs: list) -> _Object:
+    obj = _Object(pairs)
+    if len(obj) < len(pairs):
+        seen = set()
+        obj.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
+    return obj
+
+
+def load_json(raw: bytes, source: str):
+    """The JSON value of a registry file's bytes, refusing what json.loads would take on trust: bytes that are not
+    UTF-8, duplicate keys, NaN and infinities, lone surrogates (text that UTF-8 cannot hold). Each refusal names
+    the JSON path where it can (a bad byte inside a string: the string's path; elsewhere: its line)."""
+    bad_byte = _first_non_utf8(raw)
+    # surrogateescape keeps a bad byte inside a string as a lone surrogate, so the walk below can name its path
+    text = raw.decode("utf-8", errors="surrogateescape")
+    try:
+        data = json.loads(text, object_pairs_hook=_object)
+    except RecursionError:
+        raise RegistryError(f"{source}: the JSON nests too deeply to read; expected the registry's shallow layout "
+                            "(schema_version, adapters[...]): restore the file from git.", "invalid-json") from None
+    except ValueError as e:  # JSONDecodeError, or an integer too long for int()
+        if bad_byte is not None:
+            raise _not_utf8(source, raw, bad_byte, "") from None
+        if not isinstance(e, json.JSONDecodeError):
+            raise RegistryError(f"{source}: invalid JSON: found a number with thousands of digits; "
+                                "expected the registry's counts and metrics: restore the file from git.",
+                                "invalid-json") from None
+        raise RegistryError(f"{source}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}.",
+                            "invalid-json") from None
+    _check_values(data, source, raw, bad_byte)
+    return data
+
+
+def _first_non_utf8(raw: bytes) -> int | None:
+    try:
+        raw.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        return e.start
+
+
+def _not_utf8(source: str, raw: bytes, offset: int, where: str) -> RegistryError:
+    line = raw.count(b"\n", 0, offset) + 1
+    return RegistryError(f"{source}: {where + ': ' if where else ''}found byte 0x{raw[offset]:02x} (offset {offset}, "
+                         f"line {line}), which is not UTF-8; expected a UTF-8 text file: re-save it as UTF-8 (an "
+                         "editor's 'encoding' setting), or restore it from git.", "not-utf8")
+
+
+def _check_values(data, source: str, raw: bytes, bad_byte: int | None) -> None:
+    """Walk every key and value in document order (iteratively: depth is json's business, not the stack's)."""
+    stack = [("", data)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise RegistryError(f"{source}: {where or '(top level)'}: found {_short(node)}; expected {NOT_FINITE}.",
+                                "non-finite")
+        if isinstance(node, str):
+            _check_text(node, where, source, raw, bad_byte)
+        elif isinstance(node, list):
+            stack.extend(reversed([(f"{where}[{i}]", item) for i, item in enumerate(node)]))
+        elif isinstance(node, dict):
+            if node.duplicate is not None:
+                raise RegistryError(f"{source}: {_key_path(where, node.duplicate)}: found the key "
+                                    f"{node.duplicate!r} twice in one object; expected each key once (JSON readers "
+                                    "keep only the last value, silently): delete the stale one.", "duplicate-key")
+            # each key just before its value: the order of the text, so a bad byte is reported where it is
+            stack.extend(reversed([(_key_path(where, k), item) for k, v in node.items() for item in (k, v)]))
+
+
+def _check_text(text: str, where: str, source: str, raw: bytes, bad_byte: int | None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        if bad_byte is not None:  # a byte surrogateescape kept: report it as the byte it was
+            raise _not_utf8(source, raw, bad_byte, where or "(top level)") from None
+        raise RegistryError(f"{source}: {where or '(top level)'}: found a lone surrogate "
+                            f"{text[e.start].encode('unicode_escape').decode()} in {_short(text)}; expected text that "
+                            "UTF-8 can hold: remove the escape.", "surrogate") from None
+
+
+def _key_path(where: str, key: str) -> str:
+    """``a.b`` for a name-like key, ``a['x.y']`` for any other, as the parser's messages write paths."""
+    return _join(where, key) if key.isidentifier() else f"{where}[{key!r}]"
 
 
 def _ordered(values: dict, known) -> dict:
@@ -197,5 +326,7 @@ def _join(where: str, key: str) -> str:
 
 
 def _short(value, limit: int = 60) -> str:
+    if isinstance(value, float) and not math.isfinite(value):  # as JSON spells it, not Python's nan/inf
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
