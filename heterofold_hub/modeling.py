@@ -51,7 +51,8 @@ class HeteroFoldModel:
         _check_fallback(fallback)
         self.sender, self.receiver, self.resolved, self.fallback = sender, receiver, resolved, fallback
         self.sender_revision: str | None = None  # the sender's revision asked for, for a later load of its model
-        self.pipeline = TransferPipeline(resolved.adapter, sender, receiver) if resolved is not None else None
+        self.pipeline = (TransferPipeline(resolved.adapter, sender, receiver, source=resolved.describe())
+                         if resolved is not None else None)
 
     @classmethod
     def from_pretrained(

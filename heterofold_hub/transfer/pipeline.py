@@ -15,6 +15,7 @@ from heterofold_hub.transfer.plan import TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
 from heterofold_hub.transfer.sender import SenderPrefill, as_texts
+from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity
 
 
 @dataclass
@@ -31,6 +32,14 @@ class TransferResult:
     attention_mask: torch.Tensor
     prefilled: bool = False
     recompute: dict | None = None
+    identity: dict | None = None  # how the cache was made (heterofold_hub.transfer.identity), for cache keys
+
+    def cache_key(self, row: int | None = None) -> str:
+        """A key for a serving cache: equal only for caches made the same way (mapped or native, adapter and its
+        weights, models, recompute) from the same receiver tokens (of one ``row`` when given)."""
+        if self.identity is None:
+            raise HeteroFoldError("This result has no identity; make it with TransferPipeline.transfer or native_prefill.")
+        return cache_key(self.identity, row)
 
 
 @torch.no_grad()
@@ -48,13 +57,16 @@ def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
     out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
                 position_ids=positions[:, :-1].to(model.device), use_cache=True, **cache_only(model))
-    return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True)
+    return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True,
+                          identity=identity(kind="native", receiver=receiver, input_ids=ids, attention_mask=mask))
 
 
 class TransferPipeline:
     """A fitted adapter between a sender (tokenizer + KV layout) and a loaded, frozen receiver."""
 
-    def __init__(self, adapter: PairAdapter, sender: Side, receiver: Side):
+    def __init__(self, adapter: PairAdapter, sender: Side, receiver: Side, *, source: str | None = None):
+        """``source``: where the adapter came from (``repo@version`` or a folder), recorded in every result's
+        identity."""
         if receiver.model is None:
             raise HeteroFoldError("The receiver model must be loaded to build its cache.")
         for side, spec_key, who in ((sender, "sender_spec", "sender"), (receiver, "receiver_spec", "receiver")):
@@ -65,6 +77,21 @@ class TransferPipeline:
                     f"with {side.spec.to_dict()}. Use an adapter fitted for this pair."
                 )
         self.adapter, self.sender, self.receiver = adapter, sender, receiver
+        self.source = source or adapter.config.method
+        self._adapter_identity: dict | None = None
+
+    @property
+    def adapter_identity(self) -> dict:
+        """``{"source", "weights_sha256"}`` of this pipeline's adapter (hashed once)."""
+        if self._adapter_identity is None:
+            self._adapter_identity = {"source": self.source, "weights_sha256": adapter_digest(self.adapter)}
+        return self._adapter_identity
+
+    def _result(self, cache, plan: TransferPlan, recompute: dict | None = None) -> TransferResult:
+        made = identity(kind="mapped", receiver=self.receiver, sender=self.sender, adapter=self.adapter_identity,
+                        input_ids=plan.input_ids, attention_mask=plan.attention_mask, recompute=recompute)
+        return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask,
+                              recompute=recompute, identity=made)
 
     def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferPlan:
         """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
@@ -99,6 +126,8 @@ class TransferPipeline:
             raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
         texts = None if texts is None else as_texts(texts)
+        if prefill is not None and texts is not None:
+            _check_rows(prefill, texts)
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
@@ -112,8 +141,7 @@ class TransferPipeline:
             )
         dtype = self.receiver.model.dtype
         if not settings.active:
-            cache = map_cache(self.adapter, plan, layers, dtype=dtype)
-            return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask)
+            return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan)
         working = map_every_position(self.adapter, plan, layers, dtype=dtype)
         working, choice = recomputed_layers(
             settings, receiver=self.receiver, sender=self.sender, plan=plan, working=working, sender_layers=layers,
@@ -121,8 +149,7 @@ class TransferPipeline:
             surprisal=None if prefill is None else prefill.surprisal,
             query=None if query is None else _per_row(query, plan.batch_size, "query"), spans=spans, texts=texts)
         cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
-        return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask,
-                              recompute={**settings.describe(), "share": choice.share})
+        return self._result(cache, plan, {**settings.describe(), "share": choice.share})
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from a transferred cache, the receiver first reading ``prompt`` itself
@@ -175,6 +202,21 @@ def _rows_of(cache, rows: list[int], tokens: int) -> DynamicCache:
     layers = [(k.index_select(0, index.to(k.device)), v.index_select(0, index.to(v.device)))
               for k, v in cache_layers(cache)]
     return build_cache(layers, windows=[None if w is None else w - 1 for w in windows], tokens=tokens)
+
+
+def _check_rows(prefill: SenderPrefill, texts: list[str]) -> None:
+    """Refuse a sender cache made of other texts than ``texts`` (another text, or the rows in another order), naming
+    the first row that differs: its receiver would silently continue the wrong text."""
+    if len(prefill.texts) != len(texts):
+        raise PairMismatchError(f"The sender cache holds {len(prefill.texts)} texts but {len(texts)} were given; pass "
+                                "the texts the sender prefilled, in the same order.")
+    for row, (made, given) in enumerate(zip(prefill.texts, texts)):
+        if made != given:
+            where = f" (it is the cache of text {prefill.texts.index(given)})" if given in prefill.texts else ""
+            raise PairMismatchError(
+                f"Row {row} of the sender cache was computed from another text than text {row} given{where}: the "
+                f"cache starts {made[:40]!r}, the text {given[:40]!r}. Pass the texts the sender prefilled, in the "
+                "same order.")
 
 
 def _per_row(text: str | list[str], rows: int, what: str) -> list[str]:
