@@ -75,6 +75,12 @@ def eval_command(
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
     pivot: Optional[str] = PIVOT,
     dtype: str = typer.Option(EvalArgs.dtype, help="Fidelity: model, cache and map dtype (float32, bfloat16, float16)."),
+    recompute: float = typer.Option(EvalArgs.recompute, help="Fidelity: share of the context's mapped positions the "
+                                    "receiver recomputes natively after each map (0: pure transfer, 1: native prefill)."),
+    select: str = typer.Option(EvalArgs.select, help="Fidelity: which positions --recompute takes (content, deviation, "
+                               "tail, chunk-start)."),
+    repair_layers: int = typer.Option(EvalArgs.repair_layers, help="Fidelity: the receiver's first layers recomputed "
+                                      "for every position."),
 ):
     """Score transfer methods against native prefill on held-out text: fidelity (default) or retrieval accuracy.
 
@@ -105,7 +111,8 @@ def eval_command(
             raise HeteroFoldError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
         from heterofold_hub.commands.evaluate import run_eval
 
-        run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype), console)
+        run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype,
+                          recompute=recompute, select=select, repair_layers=repair_layers), console)
         return
     given = [flag for flag, value in (("--windows", windows), ("--dtype", dtype)) if value not in (None, EvalArgs.dtype)]
     if given:

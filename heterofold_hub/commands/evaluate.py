@@ -37,10 +37,25 @@ class EvalArgs:
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
     dtype: str = "float32"  # models, caches and maps; adapters are fitted in fp32 first
+    recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
+    select: str = "content"  # which positions (query-agnostic strategies: fidelity has no prompt)
+    repair_layers: int = 0  # receiver's first layers recomputed for every position
+
+    def recompute_settings(self):
+        from heterofold_hub.transfer.recompute import RecomputeSettings
+
+        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters) + dtype_problems(self.dtype)
+        try:
+            settings = self.recompute_settings()
+            if settings.select in ("query", "oracle") and settings.active:
+                problems.append(f"--select: {settings.select!r} needs a prompt or answer spans, which fidelity windows do "
+                                "not have; choose content, deviation, tail or chunk-start")
+        except HeteroFoldError as bad:
+            problems.append(f"--recompute/--select/--repair-layers: {bad}")
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
@@ -172,7 +187,9 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
     adapters = place((sender, receiver), adapters, dtype=args.dtype)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                             continuation_tokens=args.continuation_tokens)
-    result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size)
+    settings = args.recompute_settings()
+    result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size,
+                      recompute=settings if settings.active else None)
     result["calibration_windows"] = n_calib
     result["dtype"] = args.dtype
     result["adapters"] = sources  # where each adapter row came from

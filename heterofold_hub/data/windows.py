@@ -96,6 +96,7 @@ class Batch:
     targets: torch.Tensor
     native_ids: torch.Tensor
     prefix: torch.Tensor
+    surprisal: torch.Tensor | None = None  # [B, Ts] the sender's, when asked for (recompute's "content" select)
 
     def __len__(self) -> int:
         return len(self.query)
@@ -123,10 +124,11 @@ def sender_prefill(sender: Side, contexts: list[str]) -> tuple[list, list[torch.
 
 
 def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers: set[int] | None = None,
-                  min_native: int = 1, dtype: torch.dtype = torch.float32) -> Batch:
+                  min_native: int = 1, dtype: torch.dtype = torch.float32, surprisal: bool = False) -> Batch:
     """Sender prefill, token alignment and feature gathering for ``windows`` (no gradients); features are
-    stored in ``dtype`` (a layer that would overflow it stays fp32)."""
-    sender_kv, sender_offsets = sender_prefill(sender, [w.context for w in windows])
+    stored in ``dtype`` (a layer that would overflow it stays fp32); ``surprisal`` keeps the sender's."""
+    prefill = prefill_sender(sender, [w.context for w in windows], surprisal=surprisal)
+    sender_kv, sender_offsets = prefill.layers, prefill.offsets
     prefix = receiver.prefix_ids()
     empty = torch.zeros(len(prefix), 2, dtype=torch.long)
     alignment = align_batch(
@@ -142,7 +144,7 @@ def prepare_batch(windows: list[Window], sender: Side, receiver: Side, *, layers
     query = torch.stack([torch.cat([w.receiver_context[-1:], w.continuation[:-1]]) for w in windows])
     targets = torch.stack([w.continuation for w in windows])
     native_ids = torch.stack([torch.cat([prefix, w.receiver_context, w.continuation[:-1]]) for w in windows])
-    return Batch(alignment, features, query, targets, native_ids, prefix)
+    return Batch(alignment, features, query, targets, native_ids, prefix, prefill.surprisal)
 
 
 def _stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -62,16 +62,20 @@ def evaluate(
     *,
     batch_size: int = 8,
     progress: bool = True,
+    recompute=None,
 ) -> dict:
-    """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``."""
+    """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``; ``recompute``
+    (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`) applied after every adapter's map."""
     per_window: dict[str, dict[str, list]] = {}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("evaluating", total=len(windows))
         for start in range(0, len(windows), batch_size):
-            batch = prepare_batch(windows[start : start + batch_size], sender, receiver)
+            batch = prepare_batch(windows[start : start + batch_size], sender, receiver,
+                                  surprisal=recompute is not None and recompute.select == "content")
             native = native_logits(receiver, batch)
             logits = {"native": native, "no-context": no_context_logits(receiver, batch)}
-            logits.update({name: transferred_logits(a, receiver, batch) for name, a in adapters.items()})
+            logits.update({name: transferred_logits(a, receiver, batch, recompute=recompute)
+                           for name, a in adapters.items()})
             for name, values in logits.items():
                 for key, v in token_measures(values, native, batch.targets).items():
                     per_window.setdefault(name, {}).setdefault(key, []).append(v)
@@ -85,6 +89,7 @@ def evaluate(
         "context_tokens": len(windows[0].receiver_context),
         "continuation_tokens": len(windows[0].continuation),
         "windows": len(windows),
+        "recompute": None if recompute is None else recompute.describe(),
         "benefit": float(gain.mean()),
         "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
         "methods": summary,

@@ -9,6 +9,7 @@ from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, keep_logits
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv
 from heterofold_hub.data.windows import Batch
+from heterofold_hub.transfer.recompute import recomputed_layers
 
 
 def native_logits(receiver: Side, batch: Batch) -> torch.Tensor:
@@ -26,12 +27,18 @@ def no_context_logits(receiver: Side, batch: Batch) -> torch.Tensor:
     return out.logits[:, -steps:].float()
 
 
-def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch) -> torch.Tensor:
-    """``[B, M, V]`` when the receiver continues from the mapped cache (differentiable w.r.t. the adapter)."""
+def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch, *, recompute=None) -> torch.Tensor:
+    """``[B, M, V]`` when the receiver continues from the mapped cache (differentiable w.r.t. the adapter), after
+    ``recompute`` (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`, query-agnostic selects only; no
+    gradients then) when given."""
     model = receiver.model
     alignment = batch.alignment
     native = native_prefix_kv(model, alignment)
     layers = assemble(adapter, batch.features, alignment, receiver.rope, native, dtype=model.dtype)
+    if recompute is not None and recompute.active:
+        layers, _ = recomputed_layers(recompute, receiver=receiver, sender=None, alignment=alignment,
+                                      working=[(k.detach(), v.detach()) for k, v in layers], sender_layers=[],
+                                      sender_mask=None, surprisal=batch.surprisal, query=None, spans=None, texts=None)
     steps = batch.query.shape[1]
     positions = alignment.receiver_positions[:, -1:] + 1 + torch.arange(steps)
     mask = torch.cat([alignment.attention_mask, torch.ones_like(batch.query)], dim=1)

@@ -181,15 +181,16 @@ class RecomputeSettings:
 
 
 @torch.no_grad()
-def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, plan, working: list[LayerKV],
+def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignment, working: list[LayerKV],
                       sender_layers: list[LayerKV], sender_mask: torch.Tensor | None,
                       surprisal: torch.Tensor | None, query: list[str] | None,
                       spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[list[LayerKV], Choice]:
-    """``working`` (every position mapped, ``[B, Hr, Tr, Dr]`` per layer) with ``settings`` applied: first layers
+    """``working`` (every position mapped, ``[B, Hr, Tr, Dr]`` per layer, over ``alignment``'s receiver tokens)
+    with ``settings`` applied: first layers
     repaired, then the chosen positions recomputed. ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come
     from the sender's prefill; ``query``, ``spans`` and ``texts`` are needed by the strategies that read them."""
     selector = get_selector(settings.select)
-    alignment, model = plan.alignment, receiver.model
+    model, rows, columns = receiver.model, alignment.receiver_ids.shape[0], alignment.receiver_ids.shape[1]
     aligned = lambda x: x.gather(1, alignment.sender_index.clamp(max=x.shape[1] - 1))  # noqa: E731 [B, Ts] -> [B, Tr]
     inputs = SelectionInputs(receiver_ids=alignment.receiver_ids, mapped_mask=alignment.mapped_mask,
                              tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
@@ -207,10 +208,9 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, plan, wo
         if spans is None or texts is None:
             raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
                                   "one list per context) and the context texts.")
-        inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, plan.cache_tokens)
+        inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
     if settings.fraction == 0 and settings.select != "oracle":
-        return working, Choice(torch.zeros((plan.batch_size, 0), dtype=torch.long),
-                               torch.zeros((plan.batch_size, 0), dtype=torch.bool))
+        return working, Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
     choice = choose(selector.scores(inputs), alignment.mapped_mask,
                     None if settings.select == "oracle" else settings.fraction)
     windows = [None if w is None else w + 1 for w in receiver.spec.windows]
