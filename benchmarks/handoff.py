@@ -105,7 +105,8 @@ def main() -> None:
         for n in lengths:
             prompts = make_handoff_prompts(fillers, model.receiver, n, args.docs, fmt=fmt, exclude=exclude)
             rows = evaluate_handoff(model.sender, model.receiver, model.pipeline, prompts, settings,
-                                    batch_size=args.batch_size, progress=sys.stderr.isatty())
+                                    batch_size=args.batch_size, progress=sys.stderr.isatty(),
+                                    log=lambda line: print(f"{time.strftime('%H:%M:%S')} {fmt} {n}: {line}", flush=True))
             for row in rows.values():
                 row["interval"] = wilson(row["correct"], row["n"])
             result["formats"][fmt][str(n)] = rows

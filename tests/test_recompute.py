@@ -13,7 +13,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
-from heterofold_hub.transfer.selection import SELECTORS, choose, spread_back
+from heterofold_hub.transfer.selection import SELECTORS, SelectionInputs, choose, spread_back, spread_in_line
 from heterofold_hub.transfer.sender import prefill_sender
 
 from conftest import GEMMA3_WINDOW, tiny_model
@@ -166,3 +166,30 @@ def test_prompts_of_different_lengths_answer_as_each_row_alone(bpe, unigram):
     for row, (context, prompt) in enumerate(zip(CONTEXTS, prompts)):
         alone = pipe.generate(pipe.transfer(prefill_sender(pipe.sender, [context]), [context]), prompt=prompt, **kw)
         assert torch.equal(batched[row], alone[0])
+
+
+def test_spread_in_line_stays_on_the_peaks_line():
+    score = torch.tensor([[0.0, 0.0, 9.0, 0.0, 0.0, 0.0]])
+    lines = torch.tensor([[0, 0, 0, 0, 1, 1]])
+    assert spread_in_line(score, lines, 2).tolist() == [[9.0, 9.0, 9.0, 9.0, 0.0, 0.0]]
+    two = torch.tensor([[1.0, 0.0, 1.0, 0.0, 5.0, 0.0]])
+    assert spread_in_line(two, lines, 1).tolist() == [[1.0, 2.0, 1.0, 1.0, 5.0, 5.0]]
+
+
+@pytest.mark.parametrize("select", ["query", "content"])
+def test_query_and_content_find_the_asked_fact_line(select, unigram):
+    """On a document whose one stated fact sits mid-filler, the top-scored positions are that line's tokens."""
+    filler = texts()[3][:600]
+    fact = "# the code of amber-falcon is 73914\n"
+    cut = filler.index("\n", 300) + 1
+    document = filler[:cut] + fact + filler[cut:]
+    ids, offsets = (torch.tensor(x) for x in (lambda e: (e.input_ids, e.offset_mapping))(
+        unigram(document, return_offsets_mapping=True)))
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=torch.ones(1, len(ids), dtype=torch.bool),
+                             tokenizer=unigram,
+                             query_ids=[torch.tensor(unigram("# recall: the code of amber-falcon is ",
+                                                             add_special_tokens=False).input_ids)])
+    scores = SELECTORS[select]().scores(inputs)[0]
+    in_line = (offsets[:, 0] >= cut) & (offsets[:, 1] <= cut + len(fact)) & (offsets[:, 1] > offsets[:, 0])
+    top = scores.topk(12).indices  # this character-level tokenizer spends 26 tokens on the line
+    assert in_line[top].all(), [document[a:b] for a, b in offsets[top].tolist()]

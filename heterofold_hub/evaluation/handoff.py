@@ -130,9 +130,10 @@ class Setting:
 
 @torch.no_grad()
 def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, prompts: list[HandoffPrompt],
-                     settings: list[Setting], *, batch_size: int = 8, progress: bool = True) -> dict:
+                     settings: list[Setting], *, batch_size: int = 8, progress: bool = True, log=None) -> dict:
     """Per setting (plus ``native`` and ``no-context``): decoded answers, exact-match hits, recomputed share and the
-    transfer's seconds per batch (plan + map + selection + recompute, not generation)."""
+    transfer's seconds per batch (plan + map + selection + recompute, not generation). ``log``: a callable given a
+    line per batch (for runs without a terminal)."""
     tok = receiver.tokenizer
     budget = 1 + max(len(tok(p.answer, add_special_tokens=False)["input_ids"]) for p in prompts)
     decode = dict(max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id or 0)
@@ -154,6 +155,9 @@ def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, p
                                                     query=questions, repair_layers=s.repair_layers,
                                                     spans=[[p.span] for p in group])
                 seconds[s.name] = time.perf_counter() - began
+            if log is not None:
+                log(f"batch {start // batch_size + 1}: prefills ready, transfers took "
+                    + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()))
             for name, result in results.items():
                 prompt = None if name == "no-context" else questions
                 new = TransferPipeline.continue_from(receiver.model, result, prompt=prompt, tokenizer=tok, **decode)

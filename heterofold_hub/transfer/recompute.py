@@ -200,10 +200,17 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
         inputs.native_first, inputs.mapped_first = native, working[:first]
         working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
     if "query" in selector.needs:
-        if query is None or sender_mask is None:
-            raise HeteroFoldError("select='query' needs the receiver's prompt at transfer time (query=...) and a "
-                                  "sender cache made by prefill_sender; pass both, or choose a query-agnostic select.")
-        inputs.query_attention = aligned(query_attention(sender, sender_layers, sender_mask, query))
+        if query is None:
+            raise HeteroFoldError(f"select={settings.select!r} needs the receiver's prompt at transfer time (query=...); "
+                                  "pass it, or choose a query-agnostic select such as 'content'.")
+        from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
+
+        inputs.query_ids = [encode(receiver.tokenizer, q, add_special_tokens=False)[0] for q in query]
+        if settings.select == "attention" or (sender is not None and sender.model is not None and sender_mask is not None):
+            if sender_mask is None:
+                raise HeteroFoldError("select='attention' reads the sender's attention: pass a cache made by "
+                                      "prefill_sender (it keeps the sender's padding).")
+            inputs.query_attention = aligned(query_attention(sender, sender_layers, sender_mask, query))
     if "spans" in selector.needs:
         if spans is None or texts is None:
             raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "

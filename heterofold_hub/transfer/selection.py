@@ -6,11 +6,13 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``tail``: the most recent positions (a baseline);
 - ``chunk-start``: the first positions of every 64-token chunk (EPIC's attention-sink lever);
 - ``content``: query-agnostic, tokens that carry content to copy: digit runs and rare tokens (the sender's
-  surprisal when the prefill kept it), plus the few tokens before each;
+  surprisal when the prefill kept it), spread over the line around each (``digits``: the few tokens before each
+  only);
 - ``deviation``: where the mapped K/V of the receiver's first layer deviates most from its native K/V (CacheBlend;
   pays a native first layer over every token, which then stays in the cache);
-- ``query``: query-aware, the sender's attention from the receiver's prompt over the context (CacheClip /
-  ProphetKV style; needs the prompt at transfer time and the sender model);
+- ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
+  attention from the prompt breaking ties (ProphetKV's relevance to the query); ``attention``: that attention
+  alone (CacheClip style). Both need the prompt at transfer time, ``attention`` the sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
 """
 
@@ -26,6 +28,7 @@ from heterofold_hub.transfer.kvcache import LayerKV
 CHUNK = 64  # chunk-start's chunk length in receiver tokens
 DIGIT_BONUS = 20.0  # nats added to a token with a digit: numbers are what exact copying most often needs
 SPAN_BEFORE = 4  # tokens before a chosen token that share its score (the name before a value, a line's start)
+LINE_RADIUS = 12  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
 
 
 @dataclass
@@ -45,6 +48,7 @@ class SelectionInputs:
     mapped_first: list[LayerKV] | None = None
     spans: list[list[tuple[int, int]]] | None = None
     offsets: torch.Tensor | None = None
+    query_ids: list[torch.Tensor] | None = None  # per row, the receiver's token ids of its prompt
 
 
 class Selector:
@@ -74,7 +78,22 @@ class ChunkStart(Selector):
 
 
 class Content(Selector):
+    """Digits and the sender's surprise, spread over the line around each peak (a value with its name)."""
+
     name = "content"
+    needs = ("surprisal",)
+
+    def scores(self, inputs):
+        score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
+        if inputs.surprisal is not None:
+            score = score + inputs.surprisal
+        return spread_in_line(score, line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+
+
+class Digits(Selector):
+    """Digit tokens and the few before each, nothing else (the first content signal measured)."""
+
+    name = "digits"
     needs = ("surprisal",)
 
     def scores(self, inputs):
@@ -94,12 +113,36 @@ class Deviation(Selector):
         return error(nk, mk) + error(nv, mv)
 
 
-class Query(Selector):
-    name = "query"
+class Attention(Selector):
+    """The sender's attention from the prompt over the context alone (CacheClip's signal, with the sender as helper)."""
+
+    name = "attention"
     needs = ("query",)
 
     def scores(self, inputs):
         return spread_back(inputs.query_attention, SPAN_BEFORE)
+
+
+class Query(Selector):
+    """The prompt's rare words found in the context (each matched token weighted by how rare it is there), the sender's
+    attention from the prompt breaking ties, spread over the line around each match: the statement the prompt asks
+    about, name and value together."""
+
+    name = "query"
+    needs = ("query",)
+
+    def scores(self, inputs):
+        ids, mapped = inputs.receiver_ids, inputs.mapped_mask
+        score = torch.zeros(ids.shape)
+        for row, asked in enumerate(inputs.query_ids):
+            context = ids[row][mapped[row]]
+            counts = torch.bincount(context, minlength=int(max(ids.max(), asked.max())) + 1).float()
+            matched = torch.isin(ids[row], asked) & mapped[row]
+            score[row] = matched.float() / counts[ids[row]].clamp(min=1)
+        attention = inputs.query_attention
+        if attention is not None:
+            score = score + 1e-3 * attention / attention.amax(1, keepdim=True).clamp(min=1e-12)
+        return spread_in_line(score, line_ids(inputs.tokenizer, ids), LINE_RADIUS)
 
 
 class Oracle(Selector):
@@ -115,7 +158,8 @@ class Oracle(Selector):
         return score
 
 
-SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Deviation, Query, Oracle)}
+SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Query,
+                                                            Attention, Oracle)}
 
 
 def get_selector(name: str) -> Selector:
@@ -133,12 +177,34 @@ def spread_back(score: torch.Tensor, before: int) -> torch.Tensor:
     return torch.nn.functional.max_pool1d(padded, before + 1, stride=1)[:, 0]
 
 
-def digit_tokens(tokenizer, ids: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` bool: tokens whose text holds a digit (looked up once per distinct id)."""
+def spread_in_line(score: torch.Tensor, lines: torch.Tensor, radius: int) -> torch.Tensor:
+    """``[B, T]``: each position scores the sum of the scores within ``radius`` positions of it on its own line
+    (``lines`` ``[B, T]`` line ids): a statement dense in content (a name and its five digits) outranks one stray
+    digit, its tokens are chosen together, and the spread stops at the line's end."""
+    out = score.clone()
+    for shift in range(1, radius + 1):
+        for other, other_line, here in ((score[:, shift:], lines[:, shift:], slice(None, -shift)),
+                                        (score[:, :-shift], lines[:, :-shift], slice(shift, None))):
+            out[:, here] += torch.where(other_line == lines[:, here], other, torch.zeros_like(other))
+    return out
+
+
+def _token_texts(tokenizer, ids: torch.Tensor, test) -> torch.Tensor:
+    """``[B, T]`` bool: ``test(text)`` of each token's decoded text (decoded once per distinct id)."""
     unique = torch.unique(ids)
-    texts = tokenizer.convert_ids_to_tokens(unique.tolist())
-    digit = torch.tensor([any(c.isdigit() for c in (t or "")) for t in texts])
-    return digit[torch.searchsorted(unique, ids)]
+    flags = torch.tensor([test(tokenizer.decode([i])) for i in unique.tolist()], dtype=torch.bool)
+    return flags[torch.searchsorted(unique, ids)]
+
+
+def digit_tokens(tokenizer, ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` bool: tokens whose text holds a digit."""
+    return _token_texts(tokenizer, ids, lambda text: any(c.isdigit() for c in text))
+
+
+def line_ids(tokenizer, ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` line number of each token; a token holding a newline belongs to the line it ends."""
+    newline = _token_texts(tokenizer, ids, lambda text: "\n" in text).long()
+    return newline.cumsum(1) - newline
 
 
 @dataclass
