@@ -139,12 +139,23 @@ class HeteroFoldModel:
                  **kwargs) -> TransferResult:
         """The receiver cache for ``text`` (or a :meth:`plan` of it) from the sender's cache of it
         (``prefilled=True`` when it fell back to the receiver's own prefill). ``recompute``, ``select``, ``query``,
-        ``repair_layers``: see :meth:`TransferPipeline.transfer`."""
+        ``repair_layers``: see :meth:`TransferPipeline.transfer`; by default the adapter version's recommended
+        setting (:meth:`transfer_defaults`)."""
         if self.pipeline is not None:
-            return self.pipeline.transfer(sender_cache, text, plan=plan, **kwargs)
+            return self.pipeline.transfer(sender_cache, text, plan=plan, **{**self.transfer_defaults(kwargs), **kwargs})
         if text is None:
             raise HeteroFoldError("This model falls back to native prefill (no adapter), which needs the text itself.")
         return native_prefill(self.receiver, text)
+
+    def transfer_defaults(self, given: dict) -> dict:
+        """The adapter version's recommended recompute (the smallest measured to keep >= 90% of native retrieval,
+        recorded in the registry), unless the call sets any of recompute, select or repair_layers itself
+        (``recompute=0`` is the pure transfer)."""
+        recommended = None if self.resolved is None else self.resolved.recommended
+        if recommended is None or given.keys() & {"recompute", "select", "repair_layers"}:
+            return {}
+        return {"recompute": recommended["recompute"], "select": recommended["select"],
+                "repair_layers": recommended["repair_layers"]}
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from ``result``, the receiver first reading ``prompt`` itself (one per

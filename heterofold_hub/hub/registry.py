@@ -163,6 +163,19 @@ class Registry:
         old.summary = summary or old.summary  # the newest model card describes the repo
         return old
 
+    def add_evaluation(self, *, repo_id: str, version: str, evaluation: dict) -> VersionEntry:
+        """Record a measurement of a published version after the fact; its files, metrics and earlier evaluations
+        stay as they were (an evaluation is appended, never rewritten)."""
+        entry = next((e for e in self.adapters if e.repo_id == repo_id), None)
+        published = None if entry is None else next((v for v in entry.versions if v.version == version), None)
+        if published is None:
+            known = ", ".join(f"{e.repo_id}@{v.version}" for e in self.adapters for v in e.versions) or "none"
+            raise RegistryError(f"{repo_id}@{version} is not registered (registered: {known}); publish it first.",
+                                "unknown-version")
+        parsed = EntryParser(f"add_evaluation({repo_id!r}, {version!r})").evaluation(evaluation, "evaluation")
+        published.evaluations.append(parsed)
+        return published
+
     def find(self, sender: PairEnd, receiver: PairEnd, *, version: str | None = None, method: str | None = None,
              min_recovered: float | None = None) -> tuple[AdapterEntry, VersionEntry]:
         """The adapter version for exactly this pair.

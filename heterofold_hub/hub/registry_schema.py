@@ -60,15 +60,50 @@ class PairEnd:
 
 
 @dataclass
+class Evaluation:
+    """A measurement of a published version made after it was published (its files and metrics stay as they were):
+    what was measured (``task``), on which text (``data``), when and by which code (``date``, ``commit``,
+    ``command``), the figures (``results``: names to finite numbers) and, for a recompute trade-off, the
+    ``recommended`` transfer settings (``recompute``, ``select``, ``repair_layers``) users get by default."""
+
+    task: str
+    data: str
+    date: str
+    commit: str
+    command: str
+    results: dict[str, float]
+    recommended: dict | None = None
+
+    def to_dict(self) -> dict:
+        out = {"task": self.task, "data": self.data, "date": self.date, "commit": self.commit, "command": self.command,
+               "results": dict(self.results)}
+        if self.recommended is not None:
+            out["recommended"] = _ordered(self.recommended, RECOMMENDED_FIELDS)
+        return out
+
+
+RECOMMENDED_FIELDS = {"recompute": float, "select": str, "repair_layers": int}
+
+
+@dataclass
 class VersionEntry:
     version: str
     commit: str
     files: dict[str, str]  # file name -> sha256 fingerprint
     metrics: dict[str, float]
+    evaluations: list[Evaluation] = field(default_factory=list)  # added after publishing, oldest first
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "commit": self.commit, "files": dict(sorted(self.files.items())),
-                "metrics": _ordered(self.metrics, METRIC_FIELDS)}
+        out = {"version": self.version, "commit": self.commit, "files": dict(sorted(self.files.items())),
+               "metrics": _ordered(self.metrics, METRIC_FIELDS)}
+        if self.evaluations:  # absent when none: files written before evaluations existed save back unchanged
+            out["evaluations"] = [e.to_dict() for e in self.evaluations]
+        return out
+
+    @property
+    def recommended(self) -> dict | None:
+        """The newest evaluation's recommended transfer settings, if any."""
+        return next((e.recommended for e in reversed(self.evaluations) if e.recommended is not None), None)
 
 
 @dataclass
@@ -203,8 +238,26 @@ class EntryParser:
                                               "'sha256:' followed by 64 lowercase hex digits"),
                        spec=dict(spec))
 
+    def evaluation(self, raw, where: str) -> Evaluation:
+        self.keys(raw, where, ("task", "data", "date", "commit", "command", "results"), ("recommended",))
+        for name in ("task", "data", "date", "command"):
+            self.value(raw[name], _join(where, name), str)
+        results = self.value(raw["results"], _join(where, "results"), dict)
+        for name, value in results.items():
+            self.value(value, f"{where}.results.{name}", float)
+        recommended = raw.get("recommended")
+        if recommended is not None:
+            self.keys(recommended, _join(where, "recommended"), tuple(RECOMMENDED_FIELDS))
+            for name, kind in RECOMMENDED_FIELDS.items():
+                self.value(recommended[name], f"{where}.recommended.{name}", kind)
+        return Evaluation(task=raw["task"], data=raw["data"], date=raw["date"],
+                          commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
+                                              "a 40-hex-digit git commit"),
+                          command=raw["command"], results=dict(results),
+                          recommended=None if recommended is None else dict(recommended))
+
     def version(self, raw, where: str) -> VersionEntry:
-        self.keys(raw, where, ("version", "commit", "files", "metrics"))
+        self.keys(raw, where, ("version", "commit", "files", "metrics"), ("evaluations",))
         files = self.value(raw["files"], _join(where, "files"), dict)
         for name, digest in files.items():
             if not name or "/" in name or "\\" in name or name.startswith("."):
@@ -218,7 +271,10 @@ class EntryParser:
         return VersionEntry(version=self.hub_rule(raw["version"], _join(where, "version"), validate_version),
                             commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                                 "a 40-hex-digit git commit"),
-                            files=dict(files), metrics=dict(metrics))
+                            files=dict(files), metrics=dict(metrics),
+                            evaluations=[self.evaluation(e, _join(where, f"evaluations[{k}]"))
+                                         for k, e in enumerate(self.value(raw.get("evaluations", []),
+                                                                          _join(where, "evaluations"), list))])
 
 
 NOT_FINITE = ("a finite number (JSON has no NaN or Infinity, and 1e999 overflows to Infinity): write the measured "

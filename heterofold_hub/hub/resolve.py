@@ -31,6 +31,7 @@ class ResolvedAdapter:
     version: str | None = None
     metrics: dict | None = None
     path: PivotPath | None = None
+    recommended: dict | None = None  # transfer settings measured for this version (recompute, select, repair_layers)
 
     def describe(self) -> str:
         if self.path is not None:
@@ -139,7 +140,8 @@ def _resolve_direct(sender: Side, receiver: Side, *, adapter, version, registry,
     loaded = load_adapter(folder)
     check_pair(loaded, sender, receiver, source=f"{entry.repo_id} {chosen.version}")
     check_parents(loaded, registry, source=f"{entry.repo_id} {chosen.version}")
-    return ResolvedAdapter(loaded, folder, entry.repo_id, chosen.version, dict(chosen.metrics))
+    return ResolvedAdapter(loaded, folder, entry.repo_id, chosen.version, dict(chosen.metrics),
+                           recommended=chosen.recommended)
 
 
 def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
