@@ -75,12 +75,14 @@ def eval_command(
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
     pivot: Optional[str] = PIVOT,
     dtype: str = typer.Option(EvalArgs.dtype, help="Fidelity: model, cache and map dtype (float32, bfloat16, float16)."),
-    recompute: float = typer.Option(EvalArgs.recompute, help="Fidelity: share of the context's mapped positions the "
-                                    "receiver recomputes natively after each map (0: pure transfer, 1: native prefill)."),
-    select: str = typer.Option(EvalArgs.select, help="Fidelity: which positions --recompute takes (content, deviation, "
-                               "tail, chunk-start)."),
-    repair_layers: int = typer.Option(EvalArgs.repair_layers, help="Fidelity: the receiver's first layers recomputed "
-                                      "for every position."),
+    recompute: float = typer.Option(EvalArgs.recompute, help="Share of the context's mapped positions the receiver "
+                                    "recomputes natively after each map (0: pure transfer, 1: native prefill)."),
+    select: str = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, "
+                               "tail, chunk-start; retrieval also query and attention (they read the question)."),
+    repair_layers: int = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every "
+                                      "position."),
+    question_by: str = typer.Option(RetrievalArgs.question_by, help="Retrieval: who reads the question: receiver (the "
+                                    "hand-off: after the mapped cache) or sender (transferred with the context)."),
 ):
     """Score transfer methods against native prefill on held-out text: fidelity (default) or retrieval accuracy.
 
@@ -120,7 +122,8 @@ def eval_command(
     from heterofold_hub.commands.retrieval import parse_lengths, run_retrieval
 
     args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
-                         docs=RetrievalArgs.docs if docs is None else docs)
+                         docs=RetrievalArgs.docs if docs is None else docs, question_by=question_by,
+                         recompute=recompute, select=select, repair_layers=repair_layers)
     run_retrieval(args, console)
 
 

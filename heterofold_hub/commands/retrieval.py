@@ -51,12 +51,36 @@ class RetrievalArgs:
     adapters: list[Path] = field(default_factory=list)  # trained adapter packages scored beside the methods
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
+    question_by: str = "receiver"  # the hand-off: the receiver reads the question itself after the mapped cache
+    recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
+    select: str = "content"
+    repair_layers: int = 0
+
+    def recompute_kwargs(self) -> dict:
+        """The transfer keywords for the recompute flags ({} for the pure transfer)."""
+        from heterofold_hub.transfer.recompute import RecomputeSettings
+
+        settings = RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
+        return {"recompute": self.recompute, "select": self.select, "repair_layers": self.repair_layers} \
+            if settings.active else {}
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         from heterofold_hub.commands.evaluate import shared_problems
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
+        if self.question_by not in ("receiver", "sender"):
+            problems.append(f"--question-by: {self.question_by!r}; choose receiver (the hand-off: the receiver reads "
+                            "its own question) or sender (the question is transferred with the context)")
+        try:
+            needs_prompt = self.recompute_kwargs().get("select") in ("query", "attention")
+            if needs_prompt and self.question_by != "receiver":
+                problems.append(f"--select {self.select}: reads the receiver's question, so it needs --question-by receiver")
+            if self.recompute_kwargs().get("select") == "oracle":
+                problems.append("--select oracle: needs answer spans, which this command does not pass; use "
+                                "benchmarks/handoff.py for the oracle")
+        except HeteroFoldError as bad:
+            problems.append(f"--recompute/--select/--repair-layers: {bad}")
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]
         if not self.lengths or bad:
             problems.append(f"--lengths: {', '.join(map(str, bad)) or 'none given'}: give comma-separated receiver "
@@ -84,8 +108,12 @@ def results_table(result: dict) -> Table:
     """Rows: methods; columns: lengths; cells: exact-match accuracy (kept share of native accuracy)."""
     from heterofold_hub.evaluation.retrieval import REFERENCES
 
+    recompute = result.get("recompute")
+    how = f"question read by the {result.get('question_by', 'sender')}" + (
+        "" if not recompute else f", recompute {recompute['recompute']:g} by {recompute['select']}"
+        + (f" + first {recompute['repair_layers']} layers" if recompute["repair_layers"] else ""))
     table = Table(title=f"{result['sender']} -> {result['receiver']}: retrieval exact-match accuracy (kept = accuracy "
-                        f"/ native accuracy), {result['docs']} docs per length")
+                        f"/ native accuracy), {result['docs']} docs per length, {how}")
     table.add_column("method")
     for length in result["lengths"]:
         table.add_column(f"{length} tok", justify="right")
@@ -173,7 +201,8 @@ def run_retrieval(args: RetrievalArgs, console: Console) -> dict:
         raise HeteroFoldError(f"--lengths: a prompt of {max(args.lengths)} receiver tokens is {longest} tokens for "
                               f"{args.sender!r}, which allows {sender.spec.max_positions}; give shorter lengths.")
     adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
-    result = evaluate_retrieval(sender, receiver, adapters, prompts, batch_size=args.batch_size)
+    result = evaluate_retrieval(sender, receiver, adapters, prompts, batch_size=args.batch_size,
+                                question_by=args.question_by, recompute=args.recompute_kwargs() or None)
     result.update(seed=args.seed, data=args.data, calib_data=args.calib_data, calibration_windows=n_calib,
                   adapters=sources)
     result = _json_safe(result)

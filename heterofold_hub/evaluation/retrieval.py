@@ -42,7 +42,7 @@ from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
-from heterofold_hub.data.windows import sender_prefill
+from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
 
 # Facts per document: training documents had 4 to 8; at most 6 keeps the facts block within about the first
@@ -177,11 +177,6 @@ def make_prompts(
     return out
 
 
-def sender_cache(sender: Side, texts: list[str]):
-    """The sender's cache of ``texts``, right-padded as ``TransferPipeline.transfer`` expects."""
-    return build_cache(sender_prefill(sender, texts)[0])
-
-
 def answer_budget(receiver: Side, prompts: list[RetrievalPrompt]) -> int:
     """New tokens to decode: the longest answer in receiver tokens plus one, so that a number running on past
     the answer's length shows (and is scored wrong)."""
@@ -200,6 +195,9 @@ def _stacked(results: list[TransferResult], receiver: Side) -> TransferResult:
                           attention_mask=torch.cat([r.attention_mask for r in results]))
 
 
+QUESTION_BY = ("receiver", "sender")  # who reads the question: the receiver itself (the hand-off), or the sender
+
+
 @torch.no_grad()
 def decode_answers(
     sender: Side,
@@ -209,28 +207,43 @@ def decode_answers(
     *,
     batch_size: int = 8,
     progress=None,
+    question_by: str = "sender",
+    recompute: dict | None = None,
 ) -> dict[str, list[str]]:
     """Greedy continuations (decoded text) of every prompt under ``native``, ``no-context`` and each adapter.
 
+    ``question_by="sender"``: the whole prompt, question included, is the transferred context. ``"receiver"``: the
+    hand-off protocol: the sender prefills the document alone and the receiver reads the question itself after the
+    mapped cache (native prefill likewise reads the document, then the question). ``recompute``: the transfer's
+    ``recompute``/``select``/``repair_layers`` keywords (the question is the ``query`` of a query-aware select).
     Per batch of prompts, the receiver caches of all conditions that cover the same tokens (native and every
     transfer) are stacked into one ``generate`` call."""
+    if question_by not in QUESTION_BY:
+        raise HeteroFoldError(f"question_by={question_by!r}; choose one of {', '.join(QUESTION_BY)}.")
     pipes = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
     new_tokens = answer_budget(receiver, prompts)
     decode = dict(max_new_tokens=new_tokens, do_sample=False,
                   pad_token_id=receiver.tokenizer.pad_token_id or 0)
     out: dict[str, list[str]] = {name: [] for name in (*REFERENCES, *adapters)}
+    settings = recompute or {}
     for start in range(0, len(prompts), batch_size):
         group = prompts[start : start + batch_size]
-        texts = [p.prompt for p in group]
-        results = {"native": native_prefill(receiver, texts), "no-context": native_prefill(receiver, [p.question for p in group])}
+        asks = [p.question for p in group] if question_by == "receiver" else None
+        texts = [p.prompt[: len(p.prompt) - len(p.question)] if asks else p.prompt for p in group]
+        results = {"native": native_prefill(receiver, texts)}
         if pipes:
-            cache = sender_cache(sender, texts)
-            results.update({name: pipe.transfer(cache, texts) for name, pipe in pipes.items()})
+            prefill = prefill_sender(sender, texts, surprisal=settings.get("select") == "content")
+            results.update({name: pipe.transfer(prefill, texts, query=asks, **settings) for name, pipe in pipes.items()})
         shapes: dict[tuple, list[str]] = {}  # results that can share one generate call
         for name, result in results.items():
             shapes.setdefault((tuple(result.input_ids.shape), cache_layers(result.cache)[0][0].shape[2]), []).append(name)
-        for names in shapes.values():
-            new = TransferPipeline.continue_from(receiver.model, _stacked([results[n] for n in names], receiver), **decode)
+        no_context = native_prefill(receiver, [p.question for p in group])  # the question alone, read as context
+        batches = [(names, asks) for names in shapes.values()] + [(["no-context"], None)]
+        results["no-context"] = no_context
+        for names, ask in batches:
+            stacked = _stacked([results[n] for n in names], receiver)
+            new = TransferPipeline.continue_from(receiver.model, stacked, prompt=None if ask is None else ask * len(names),
+                                                 tokenizer=receiver.tokenizer, **decode)
             text = receiver.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, name in enumerate(names):
                 out[name] += text[i * len(group) : (i + 1) * len(group)]
@@ -287,15 +300,19 @@ def evaluate_retrieval(
     batch_size: int = 8,
     progress: bool = True,
     examples: int = 3,
+    question_by: str = "sender",
+    recompute: dict | None = None,
 ) -> dict:
     """Exact-match retrieval accuracy of ``native``, ``no-context`` and each adapter at each length
-    (plus the first ``examples`` decoded answers per length, to read)."""
+    (plus the first ``examples`` decoded answers per length, to read); ``question_by`` and ``recompute``: see
+    :func:`decode_answers`."""
     decoded: dict[str, dict[int, list[str]]] = {name: {} for name in (*REFERENCES, *adapters)}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("retrieval", total=sum(len(p) for p in prompts.values()))
         for length, group in prompts.items():
             texts = decode_answers(sender, receiver, adapters, group, batch_size=batch_size,
-                                   progress=lambda n: bar.advance(task, n))
+                                   progress=lambda n: bar.advance(task, n), question_by=question_by,
+                                   recompute=recompute)
             for name, values in texts.items():
                 decoded[name][length] = values
     methods = summarise(decoded, {n: [p.answer for p in group] for n, group in prompts.items()})
@@ -309,6 +326,8 @@ def evaluate_retrieval(
         "prompt_tokens": {str(n): sum(p.tokens for p in group) / len(group) for n, group in prompts.items()},
         "facts_per_doc": [MIN_FACTS, MAX_FACTS],
         "no_context": NO_CONTEXT,
+        "question_by": question_by,
+        "recompute": recompute,
         "scoring": SCORING,
         "methods": methods,
         "qualifying_gap": QUALIFY_GAP,
