@@ -133,3 +133,31 @@ def test_gemma3_reaches_tiny_llama_through_smollm2_with_a_least_squares_first_le
         cache = gemma.model(**gemma.tokenizer(text, return_tensors="pt"), use_cache=True).cache
     result = model.transfer(cache, text)
     assert model.generate(result, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 4)
+
+
+def test_the_readme_hand_off_example_runs_and_answers(capsys):
+    """README's hand-off example, executed as written: the receiver answers the fact the document states."""
+    from helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("<!-- handoff-example -->\n```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md (hand-off example)", "exec"), {})
+    assert capsys.readouterr().out.strip().splitlines()[-1].strip() == "73914"
+
+
+def test_recompute_everything_into_gemma3_past_its_window_is_native_prefill(smol, gemma, long_text):
+    """The shipped SmolLM2 -> Gemma 3 adapter with recompute=1: the cache (sliding layers included) and the greedy
+    continuation after a receiver-read prompt are those of Gemma 3's own prefill; recompute=0 is the pure transfer."""
+    from heterofold_hub import HeteroFoldModel
+
+    model = HeteroFoldModel.from_pretrained(smol, gemma, local_files_only=True)
+    prefill = model.prefill_sender(long_text)
+    full = model.transfer(prefill, long_text, recompute=1.0, select="tail")
+    native = native_prefill(gemma, long_text)
+    for mapped, own in zip(full.cache.layers, native.cache.layers, strict=True):
+        assert type(mapped) is type(own) and mapped.get_seq_length() == own.get_seq_length()
+        assert torch.allclose(mapped.keys, own.keys, atol=1e-3) and torch.allclose(mapped.values, own.values, atol=1e-3)
+    kw = dict(prompt="\n# the function above", max_new_tokens=6, do_sample=False)
+    assert model.generate(full, **kw).tolist() == model.generate(native, **kw).tolist()
+    pure, zero = model.transfer(prefill, long_text), model.transfer(prefill, long_text, recompute=0)
+    assert all(torch.equal(a.keys, b.keys) for a, b in zip(pure.cache.layers, zero.cache.layers))

@@ -207,3 +207,22 @@ def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 __all__ = ["FORMATS", "HandoffPrompt", "Setting", "evaluate_handoff", "make_handoff_prompts", "mcnemar", "wilson",
            "RECALL_MARK"]
+
+
+def handoff_markdown(result: dict, fmt: str, settings: list[str] | None = None) -> str:
+    """A Markdown table of a :mod:`benchmarks.handoff` result: one row per setting (all, or ``settings`` in that
+    order), per length the exact-match accuracy with its binomial SE, the share of native kept and the recomputed
+    share of the context. README tables are this text exactly (a test holds them together)."""
+    lengths = [str(n) for n in result["lengths"]]
+    rows = result["formats"][fmt]
+    names = settings or list(rows[lengths[0]])
+    head = "| setting | " + " | ".join(f"{n} tokens: exact match (kept), recomputed" for n in lengths) + " |"
+    lines = [head, "| --- |" + " ---: |" * len(lengths)]
+    for name in names:
+        cells = []
+        for n in lengths:
+            row = rows[n][name]
+            kept = "—" if row["kept"] is None else f"{row['kept']:.2f}"
+            cells.append(f"{row['accuracy']:.2f} ± {row['accuracy_se']:.2f} ({kept}), {row['recomputed_share']:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
