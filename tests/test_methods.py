@@ -6,8 +6,8 @@ import torch
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.methods.features import CalibrationSet
 from heterofold_hub.errors import HeteroFoldError, TrainingError
-from heterofold_hub.methods import METHODS, get_method, register_method
-from heterofold_hub.methods.affine import AffineAdapter
+from heterofold_hub.methods import METHODS, PairAdapter, get_method, register_method
+from heterofold_hub.methods.affine import AffineAdapter, fit_affine
 from heterofold_hub.methods.dense_latent import _descend
 from heterofold_hub.methods.kv_ridge import best_correlated_layers
 from heterofold_hub.methods.stats import moment_match, ridge
@@ -91,12 +91,28 @@ def test_unknown_method_lists_valid_ones():
         get_method("kv-rigde")
 
 
-def test_a_new_method_is_one_registered_class():
-    @register_method("test-zero")
-    class ZeroAdapter(AffineAdapter):
-        pass
+def test_a_new_method_is_one_registered_class(tmp_path):
+    """One decorated class is a whole method: found by name, fitted, saved, and loaded back by its name as that
+    class, mapping the receiver's K/V as fitted."""
+
+    @register_method("test-plain-ridge")
+    class PlainRidge(AffineAdapter):
+        @classmethod
+        def fit(cls, calib, **options):
+            return fit_affine(cls, calib, "test-plain-ridge", [[0], [3]], lambda x, y: ridge(x, y, lam=1e-8))
 
     try:
-        assert get_method("test-zero") is ZeroAdapter and ZeroAdapter.method == "test-zero"
+        assert get_method("test-plain-ridge") is PlainRidge and PlainRidge.method == "test-plain-ridge"
+        calib = synthetic_calibration(500)
+        folder = get_method("test-plain-ridge").fit(calib).save_pretrained(tmp_path / "plain")
+        loaded = PairAdapter.from_pretrained(folder)
+        assert type(loaded) is PlainRidge and loaded.config.layer_sources == [[0], [3]]
+        # receiver layers 0 and 1 are sender layers 0 and 3 times one fixed matrix: the loaded maps reproduce them
+        for layer, source in enumerate([0, 3]):
+            k, v = loaded.map_layer(layer, *calib.sender[source])
+            assert torch.allclose(k, calib.receiver[layer][0], atol=1e-4)
+            assert torch.allclose(v, calib.receiver[layer][1], atol=1e-4)
     finally:
-        METHODS.pop("test-zero")
+        METHODS.pop("test-plain-ridge")
+    with pytest.raises(HeteroFoldError, match="Unknown method 'test-plain-ridge'"):  # unregistered: no longer loads
+        PairAdapter.from_pretrained(folder)

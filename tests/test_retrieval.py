@@ -118,6 +118,34 @@ def test_digit_accuracy_and_summary():
     assert none["m"]["512"]["kept"] is None and qualifying_lengths(none) == []  # native 0: no kept share
 
 
+def test_summary_of_hand_scored_answers():
+    """Every figure of a two-length table, scored by hand from the strings (the comments give the reasoning)."""
+    answers = {256: ["12345", "67890", "24680"], 512: ["11111", "22222"]}
+    decoded = {
+        # 256: right, right (digits end at the space), wrong in the last digit; 512: right, one digit short
+        "native": {256: ["12345\n", " 67890 # x", "24681"], 512: ["11111", "2222"]},
+        # 256: nothing right; 512: right, then a letter before the digits (no digit run at the start: 0 digits)
+        "no-context": {256: ["0", "", "abc"], 512: ["11111", "x22222"]},
+        # 256: right, a six-digit run (wrong, though its first five digits match), right after a newline; 512: none
+        "m": {256: ["12345", "678901", "\n24680"], 512: ["0", "0"]},
+    }
+    expected = {  # (correct, n, digit accuracy, kept)
+        "native": {"256": (2, 3, (1 + 1 + 0.8) / 3, 1.0), "512": (1, 2, (1 + 0.8) / 2, 1.0)},
+        "no-context": {"256": (0, 3, 0.0, 0.0), "512": (1, 2, (1 + 0) / 2, 1.0)},
+        "m": {"256": (2, 3, 1.0, 1.0), "512": (0, 2, 0.0, 0.0)},
+    }
+    table = summarise(decoded, answers)
+    assert {name: set(rows) for name, rows in table.items()} == {name: {"256", "512"} for name in expected}
+    for name, rows in expected.items():
+        for length, (correct, n, digits, kept) in rows.items():
+            row, accuracy = table[name][length], correct / n
+            assert (row["correct"], row["n"]) == (correct, n) and row["accuracy"] == accuracy, (name, length, row)
+            assert row["accuracy_se"] == pytest.approx((accuracy * (1 - accuracy) / n) ** 0.5, abs=1e-12)
+            assert row["digit_accuracy"] == pytest.approx(digits, abs=1e-12) and row["kept"] == pytest.approx(kept)
+    assert table["native"]["256"]["accuracy_se"] == pytest.approx(0.27217, abs=1e-5)  # sqrt(2/27)
+    assert qualifying_lengths(table) == [256]  # native beats no-context by 2/3 at 256, by 0 at 512
+
+
 def test_cli_retrieval_end_to_end(tmp_path):
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     run = hf_fold("eval", "--task", "retrieval", "--lengths", "256,320", "--docs", "3", "--methods", "recolor",
@@ -128,13 +156,22 @@ def test_cli_retrieval_end_to_end(tmp_path):
     assert result["task"] == "retrieval" and result["lengths"] == [256, 320] and result["docs"] == 3
     assert (result["sender"], result["receiver"]) == DEMO_PAIR
     assert set(result["methods"]) == {"native", "no-context", "recolor", "heterofold"}  # + the registered adapter
-    for name, rows in result["methods"].items():
-        assert set(rows) == {"256", "320"}
-        for row in rows.values():
-            assert 0 <= row["accuracy"] <= 1 and 0 <= row["accuracy_se"] <= 0.5 and row["n"] == 3
-            assert 0 <= row["digit_accuracy"] <= 1
-            assert row["kept"] is None or row["kept"] >= 0
-    assert set(result["qualifying_lengths"]) <= {256, 320}
+    # --docs 3: the JSON's examples hold every decoded answer, so each row is scored again here from them
+    assert all(set(rows) == {"256", "320"} for rows in result["methods"].values())
+    gaps = {}
+    for length in ("256", "320"):
+        examples = result["examples"][length]
+        assert len(examples) == 3 and all(len(e["answer"]) == 5 for e in examples)
+        scored = {name: [exact_match(e[name], e["answer"]) for e in examples] for name in result["methods"]}
+        for name, rows in result["methods"].items():
+            row, accuracy = rows[length], sum(scored[name]) / 3
+            native = sum(scored["native"]) / 3
+            assert (row["n"], row["correct"], row["accuracy"]) == (3, sum(scored[name]), accuracy), (name, length)
+            assert row["accuracy_se"] == pytest.approx((accuracy * (1 - accuracy) / 3) ** 0.5)
+            assert row["digit_accuracy"] == pytest.approx(sum(digit_accuracy(e[name], e["answer"]) for e in examples) / 3)
+            assert row["kept"] == (pytest.approx(accuracy / native) if native else None)
+        gaps[int(length)] = (sum(scored["native"]) - sum(scored["no-context"])) / 3
+    assert result["qualifying_lengths"] == [n for n, gap in gaps.items() if gap >= 0.2 - 1e-12]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "native" in run.stdout and "no-context" in run.stdout and "320 tok" in run.stdout
 
