@@ -297,9 +297,9 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 def run() -> None:
     """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks).
     Usage errors (an unknown option, a missing argument) are click's own to print, with exit code 2."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # its per-load "Loading weights" bars; our own progress stays
+    # transformers' per-load "Loading weights" bars (and huggingface_hub's); our own progress stays. Set in the
+    # environment, read when they are first imported: importing transformers here would cost every command 1 s.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         app()
     except HeteroFoldError as err:

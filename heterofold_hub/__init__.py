@@ -1,23 +1,56 @@
 """HeteroFold Hub: map a sender LLM's KV cache into a frozen receiver of another family."""
 
-from heterofold_hub.base_models.arch import KVSpec, kv_spec
-from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
-from heterofold_hub.methods import METHODS, AdapterConfig, PairAdapter, get_method
-from heterofold_hub.methods.composed import compose
-from heterofold_hub.modeling import HeteroFoldModel
-from heterofold_hub.base_models.loading import Side, load_model, load_tokenizer
-from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult
-from heterofold_hub.transfer.plan import TransferPlan
-from heterofold_hub.transfer.fast import LayerStream
-from heterofold_hub.transfer.recompute import RecomputeSettings
-from heterofold_hub.transfer.selection import SELECTORS
-from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AdapterConfig", "AlignmentError", "HeteroFoldError", "HeteroFoldModel", "KVSpec", "LayerStream", "METHODS",
-    "PairAdapter", "PairMismatchError", "RecomputeSettings", "SELECTORS", "SenderPrefill", "Side", "TransferPipeline",
-    "TransferPlan", "TransferResult", "UnsupportedArchitectureError",
-    "compose", "get_method", "kv_spec", "load_model", "load_tokenizer", "prefill_sender",
-]
+# The public names, each loaded from its module on first use (PEP 562): importing the package, as every
+# `hf-fold` command does, must not import torch and transformers (2.4 s of a 2.5 s `hf-fold --help`).
+_EXPORTS = {
+    "KVSpec": "heterofold_hub.base_models.arch", "kv_spec": "heterofold_hub.base_models.arch",
+    "AlignmentError": "heterofold_hub.errors", "HeteroFoldError": "heterofold_hub.errors",
+    "PairMismatchError": "heterofold_hub.errors", "UnsupportedArchitectureError": "heterofold_hub.errors",
+    "METHODS": "heterofold_hub.methods", "AdapterConfig": "heterofold_hub.methods",
+    "PairAdapter": "heterofold_hub.methods", "get_method": "heterofold_hub.methods",
+    "compose": "heterofold_hub.methods.composed",
+    "HeteroFoldModel": "heterofold_hub.modeling",
+    "Side": "heterofold_hub.base_models.loading", "load_model": "heterofold_hub.base_models.loading",
+    "load_tokenizer": "heterofold_hub.base_models.loading",
+    "TransferPipeline": "heterofold_hub.transfer.pipeline", "TransferResult": "heterofold_hub.transfer.pipeline",
+    "TransferPlan": "heterofold_hub.transfer.plan",
+    "LayerStream": "heterofold_hub.transfer.fast",
+    "RecomputeSettings": "heterofold_hub.transfer.recompute", "SELECTORS": "heterofold_hub.transfer.selection",
+    "SenderPrefill": "heterofold_hub.transfer.sender", "prefill_sender": "heterofold_hub.transfer.sender",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from heterofold_hub.base_models.arch import KVSpec, kv_spec
+    from heterofold_hub.base_models.loading import Side, load_model, load_tokenizer
+    from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError, UnsupportedArchitectureError
+    from heterofold_hub.methods import METHODS, AdapterConfig, PairAdapter, get_method
+    from heterofold_hub.methods.composed import compose
+    from heterofold_hub.modeling import HeteroFoldModel
+    from heterofold_hub.transfer.fast import LayerStream
+    from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult
+    from heterofold_hub.transfer.plan import TransferPlan
+    from heterofold_hub.transfer.recompute import RecomputeSettings
+    from heterofold_hub.transfer.selection import SELECTORS
+    from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'heterofold_hub' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

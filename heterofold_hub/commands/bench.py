@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from rich.console import Console
-from rich.progress import Progress
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from heterofold_hub.commands.placement import dtype_problems, place
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 METHODS = ("heterofold", "kv-ridge", "dense-latent")
 DEFAULT_CONTEXTS = "256,512,1024,2048,4096"
@@ -37,7 +39,7 @@ class BenchArgs:
         problems = dtype_problems(self.dtype)
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             problems.append(f"--device: {self.device!r}; choose auto, cpu, cuda or cuda:N")
-        elif self.device.startswith("cuda") and not torch.cuda.is_available():
+        elif self.device.startswith("cuda") and not cuda_available():
             problems.append(f"--device: {self.device!r} but this torch sees no CUDA device; use --device cpu")
         if (self.sender is None) != (self.receiver is None):
             problems.append("--sender and --receiver: give both, or neither for the demo pair in both directions")
@@ -52,6 +54,12 @@ class BenchArgs:
 
     def directions(self) -> list[tuple[str, str]]:
         return [(self.sender, self.receiver)] if self.sender is not None else [DEMO_PAIR, DEMO_PAIR[::-1]]
+
+
+def cuda_available() -> bool:
+    import torch  # here, not at the top: `hf-fold --help` must not pay for torch
+
+    return torch.cuda.is_available()
 
 
 def parse_contexts(value: str) -> list[int]:
@@ -139,6 +147,8 @@ def plot(results: list[dict], path: Path) -> None:
 
 def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     args.validate()
+    from rich.progress import Progress
+
     from heterofold_hub.evaluation.bench import run_bench
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.io import write_json_atomic
@@ -150,7 +160,7 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
         with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
             adapters = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
-            device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+            device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("timing", total=len(args.contexts))

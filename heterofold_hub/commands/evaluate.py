@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from heterofold_hub.commands.placement import dtype_problems, place
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.evaluation.fidelity import caveats
-from heterofold_hub.methods import METHODS
 from heterofold_hub.zoo import DEMO_PAIR
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_METHODS = ("recolor", "kv-ridge", "dense-latent")
 
@@ -67,6 +69,7 @@ class EvalArgs:
 def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path]) -> list[str]:
     """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair."""
     from heterofold_hub.hub.package import CONFIG_NAME
+    from heterofold_hub.methods import METHODS
 
     problems = []
     unknown = [m for m in methods if m not in METHODS]
@@ -84,6 +87,8 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
 
 
 def results_table(result: dict) -> Table:
+    from heterofold_hub.evaluation.fidelity import caveats
+
     table = Table(title=f"{result['sender']} -> {result['receiver']}: {result['windows']} windows, "
                         f"{result['context_tokens']} context + {result['continuation_tokens']} continuation tokens")
     for col in ("method", "recovered", "KL (nats/tok)", "top-1", "NLL (nats/tok)"):

@@ -4,9 +4,12 @@ that have them, on tensor cores on GPUs). Adapters are fitted in fp32 on the CPU
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "bfloat16", "float16")  # names only: argument checks run before torch is imported
 
 
 def dtype_problems(dtype: str) -> list[str]:
@@ -15,6 +18,9 @@ def dtype_problems(dtype: str) -> list[str]:
 
 def place(sides, adapters: dict, *, dtype: str, device: str | torch.device = "cpu") -> dict:
     """Move the sides' models and ``adapters`` (name -> adapter) to ``device`` in ``dtype``; returns the adapters."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
     for side in sides:
-        side.model.to(device=device, dtype=DTYPES[dtype])
-    return {name: adapter.to(device=device, dtype=DTYPES[dtype]) for name, adapter in adapters.items()}
+        side.model.to(device=device, dtype=torch_dtype)
+    return {name: adapter.to(device=device, dtype=torch_dtype) for name, adapter in adapters.items()}

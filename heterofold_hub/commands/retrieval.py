@@ -6,12 +6,16 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MIN_LENGTH = 256  # the longest facts block plus a question takes about 170 receiver tokens on the demo models
 DEFAULT_LENGTHS = "512,768,1024"

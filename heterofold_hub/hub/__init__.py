@@ -6,16 +6,34 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING
 
 from heterofold_hub.hub.base import AdapterHub, HubError, PublishedVersion, validate_repo_id, validate_version, version_key
-from heterofold_hub.hub.local import LocalHub
-from heterofold_hub.hub.remote import HF_ENDPOINT, RemoteHub
 
 __all__ = [
     "AdapterHub", "HubError", "LocalHub", "PublishedVersion", "RemoteHub", "get_hub", "validate_repo_id",
     "validate_version", "version_key",
 ]
+
+# The hubs load on first use (PEP 562): reading registry.json (`hf-fold list`) imports this package, and
+# RemoteHub's huggingface_hub costs 0.3 s that only a download or a push needs.
+_LAZY = {"LocalHub": "heterofold_hub.hub.local", "RemoteHub": "heterofold_hub.hub.remote",
+         "HF_ENDPOINT": "heterofold_hub.hub.remote"}
+
+if TYPE_CHECKING:
+    from heterofold_hub.hub.local import LocalHub
+    from heterofold_hub.hub.remote import HF_ENDPOINT, RemoteHub
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'heterofold_hub.hub' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def get_hub(hub: str | None = None, *, hub_dir: str | os.PathLike | None = None,
@@ -25,7 +43,11 @@ def get_hub(hub: str | None = None, *, hub_dir: str | os.PathLike | None = None,
     For a RemoteHub, ``hub_dir`` is the download cache (default: huggingface_hub's cache).
     """
     if hub is None or hub == "local":
+        from heterofold_hub.hub.local import LocalHub
+
         return LocalHub(hub_dir)
+    from heterofold_hub.hub.remote import HF_ENDPOINT, RemoteHub
+
     if hub == "hf":
         return RemoteHub(HF_ENDPOINT, token=token, cache_dir=hub_dir)
     if hub.startswith(("http://", "https://")):
