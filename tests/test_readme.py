@@ -68,3 +68,24 @@ def test_a_row_can_be_labelled_by_name(tmp_path):
         labelled(f"{path}=mine")
     with pytest.raises(ValueError, match="no 'recolor' row"):
         labelled(f"{path}=recolor:mine")
+
+
+HANDOFF = sorted(p for p in (ROOT / "benchmarks" / "results" / "handoff").glob("s2g-*.json") if "screen-v1" not in p.name)
+
+
+@pytest.mark.parametrize("path", HANDOFF, ids=lambda p: p.name)
+def test_the_readme_shows_each_hand_off_result_exactly(path: Path):
+    """Every hand-off retrieval table in README.md is generated from its committed JSON (per format)."""
+    from heterofold_hub.evaluation.handoff import handoff_markdown
+
+    result, readme = json.loads(path.read_text()), (ROOT / "README.md").read_text()
+    for fmt in result["formats"]:
+        assert handoff_markdown(result, fmt) in readme, f"README lacks {path.name}'s {fmt} table as generated"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "results" / "handoff").glob("speed-*.json")),
+                         ids=lambda p: p.name)
+def test_the_readme_shows_each_hand_off_speed_result_exactly(path: Path):
+    from heterofold_hub.evaluation.handoff import speed_markdown
+
+    assert speed_markdown(json.loads(path.read_text())) in (ROOT / "README.md").read_text()

@@ -70,3 +70,15 @@ def test_the_recommended_setting_is_the_default_and_recompute_0_the_pure_transfe
                                                        "share": pytest.approx(0.1, abs=0.02)}
     assert model.transfer(prefill, text, recompute=0).recompute is None
     assert json.loads(registry_copy.read_text())["schema_version"] == 1
+
+
+def test_show_lists_the_evaluations_beside_the_published_metrics(registry_copy):
+    from helpers import hf_fold
+
+    registry = Registry.load(registry_copy)
+    registry.add_evaluation(repo_id=REPO, version=version_of(registry, REPO).version, evaluation=EVALUATION)
+    registry.save(registry_copy)
+    shown = hf_fold("show", REPO, "--registry", str(registry_copy))
+    assert shown.returncode == 0, shown.stderr
+    assert "evaluations added after publishing" in shown.stdout
+    assert "retrieval-handoff" in shown.stdout and "recompute 0.1 by tail + first 1 layers" in shown.stdout

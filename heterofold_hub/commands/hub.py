@@ -152,6 +152,18 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
         table.add_row(v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
                       f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", ", ".join(sorted(v.files)))
     console.print(table)
+    evaluations = [(v.version, e) for v in versions for e in v.evaluations]
+    if evaluations:  # measured after publishing; the version's files and metrics above are as published
+        added = Table(title="evaluations added after publishing")
+        for column in ("version", "task", "data", "date", "results", "recommended"):
+            added.add_column(column)
+        for version, e in evaluations:
+            results = ", ".join(f"{k} {v:.3g}" for k, v in e.results.items())
+            recommended = "none" if e.recommended is None else (
+                f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
+                + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
+            added.add_row(version, e.task, e.data, e.date, results, recommended)
+        console.print(added)
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
         from rich.markdown import Markdown
 

@@ -226,3 +226,21 @@ def handoff_markdown(result: dict, fmt: str, settings: list[str] | None = None) 
             cells.append(f"{row['accuracy']:.2f} ± {row['accuracy_se']:.2f} ({kept}), {row['recomputed_share']:.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def speed_markdown(result: dict) -> str:
+    """A Markdown table of a ``benchmarks/handoff_speed.py`` result: per length, native prefill, plan, the map (into
+    the receiver's cache, and into a working cache keeping every position), and each setting's end-to-end time
+    with its speed-up over native prefill."""
+    lengths = list(result["lengths"])
+    names = list(result["lengths"][lengths[0]]["settings"])
+    lines = ["| receiver tokens | native prefill | plan | map | map, every position | "
+             + " | ".join(f"{name}: end to end (x)" for name in names) + " |",
+             "| ---: |" + " ---: |" * (4 + len(names))]
+    for n in lengths:
+        row = result["lengths"][n]
+        ms = lambda s: f"{s * 1e3:.0f} ms"  # noqa: E731
+        cells = [ms(row["native_prefill_s"]), ms(row["plan_s"]), ms(row["map_s"]), ms(row["map_every_position_s"])]
+        cells += [f"{ms(v['end_to_end_s'])} ({v['speedup']:.1f}x)" for v in row["settings"].values()]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
