@@ -1,8 +1,8 @@
 """End-to-end hand-off time with selective recompute, side by side with the receiver's native prefill, in one run.
 
 Every figure is what a user's call pays: ``model.transfer(prefill, text, ...)`` (plan + map + selection +
-recompute), against ``native_prefill`` of the same text; batch 1, warm (one untimed call first), median of
-``--repeats``. Also the map alone into the receiver's own cache and into a working cache that keeps every position
+recompute), against ``native_prefill`` of the same text; batch 1, the median of ``--repeats`` interleaved rounds
+after a warm-up (:func:`~heterofold_hub.evaluation.bench.median_seconds`). Also the map alone into the receiver's own cache and into a working cache that keeps every position
 of the sliding layers (what a recompute reads), so the cost of mapping those rows is visible.
 
     python benchmarks/handoff_speed.py --lengths 512,2048 --repeats 3 \
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -25,21 +23,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.handoff import parse_grid, provenance  # noqa: E402
 from heterofold_hub.data.texts import read_texts  # noqa: E402
+from heterofold_hub.evaluation.bench import median_seconds  # noqa: E402
 from heterofold_hub.evaluation.handoff import make_handoff_prompts  # noqa: E402
 from heterofold_hub.evaluation.retrieval import filler_texts  # noqa: E402
 from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
 from heterofold_hub.transfer.fast import map_cache, map_every_position  # noqa: E402
 from heterofold_hub.transfer.pipeline import native_prefill  # noqa: E402
-
-
-def timed(call, repeats: int) -> float:
-    call()  # warm: first-call allocations and lazy initialisation are not what a serving loop pays
-    seconds = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - began)
-    return statistics.median(seconds)
 
 
 def main() -> None:
@@ -62,18 +51,19 @@ def main() -> None:
         plan = model.pipeline.plan([p.context])
         layers = prefill.layers
         dtype = model.receiver.model.dtype
-        row = {"native_prefill_s": timed(lambda: native_prefill(model.receiver, [p.context]), args.repeats),
-               "map_s": timed(lambda: map_cache(model.adapter, plan, layers, dtype=dtype), args.repeats),
-               "map_every_position_s": timed(lambda: map_every_position(model.adapter, plan, layers, dtype=dtype),
-                                             args.repeats),
-               "plan_s": timed(lambda: model.pipeline.plan([p.context]), args.repeats), "settings": {}}
-        for s in settings:
-            call = lambda: model.transfer(prefill, [p.context], recompute=s.fraction, select=s.select,  # noqa: E731
-                                          query=[p.question], repair_layers=s.repair_layers, spans=[[p.span]])
-            seconds = timed(call, args.repeats)
-            share = (call().recompute or {}).get("share", 0.0)
-            row["settings"][s.name] = {"end_to_end_s": seconds, "speedup": row["native_prefill_s"] / seconds,
-                                       "recomputed_share": share}
+        calls = {"native_prefill_s": lambda: native_prefill(model.receiver, [p.context]),
+                 "plan_s": lambda: model.pipeline.plan([p.context]),
+                 "map_s": lambda: map_cache(model.adapter, plan, layers, dtype=dtype),
+                 "map_every_position_s": lambda: map_every_position(model.adapter, plan, layers, dtype=dtype)}
+        for s in settings:  # what the user's call pays: plan + map + selection + recompute
+            calls[s.name] = (lambda s=s: model.transfer(prefill, [p.context], recompute=s.fraction, select=s.select,
+                                                        query=[p.question], repair_layers=s.repair_layers,
+                                                        spans=[[p.span]]))
+        seconds = median_seconds(calls, args.repeats)  # side by side, rounds interleaved
+        row = {name: seconds[name] for name in ("native_prefill_s", "plan_s", "map_s", "map_every_position_s")}
+        row["settings"] = {s.name: {"end_to_end_s": seconds[s.name], "speedup": row["native_prefill_s"] / seconds[s.name],
+                                    "recomputed_share": (calls[s.name]().recompute or {}).get("share", 0.0)}
+                           for s in settings}
         result["lengths"][str(p.tokens)] = row
         print(f"{p.tokens} tokens: native prefill {row['native_prefill_s'] * 1e3:.0f} ms, plan {row['plan_s'] * 1e3:.0f} ms, "
               f"map {row['map_s'] * 1e3:.0f} ms (every position {row['map_every_position_s'] * 1e3:.0f} ms); "
