@@ -25,9 +25,13 @@ def fidelity_markdown(result: dict) -> str:
 
 def fidelity_caption(result: dict) -> str:
     """One line on what the table measured."""
+    recompute = result.get("recompute")  # a transfer followed by a selective native recompute
+    how = "" if not recompute else (f"; after each map the receiver recomputed {recompute['fraction']:g} of the "
+                                    f"context chosen by {recompute['select']}" + (
+                                        f" and its first {recompute['repair_layers']} layers" if recompute["repair_layers"] else ""))
     return (f"**{result['sender']} -> {result['receiver']}**: {result['windows']} windows of "
             f"{result['context_tokens']} context + {result['continuation_tokens']} continuation receiver tokens; "
-            f"context benefit {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token")
+            f"context benefit {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token{how}")
 
 
 def _same(a, b) -> bool:
