@@ -189,9 +189,11 @@ def test_a_bfloat16_adapter_maps_in_bfloat16(demo):
     reference = reference_layers(type(pipe)(half, pipe.sender, pipe.receiver), build_cache(half_layers), plan)
     for a, (k, v) in zip(fast.layers, reference):
         assert a.keys.dtype == a.values.dtype == torch.bfloat16
-        # bf16 turns round twice where the reference's fp32 ones round once; the map amplifies input rounding
-        assert (a.keys.float() - k).abs().max() < 0.05 * k.abs().max()
-        assert (a.values.float() - v).abs().max() < 0.05 * v.abs().max()
+        # bf16 turns round twice where the reference's fp32 ones round once; the map amplifies input rounding: over
+        # 18 slices of these texts (which are alignment.py's own source, so they change with it) the worst layer
+        # ranged 0.034-0.070 of its largest value
+        assert (a.keys.float() - k).abs().max() < 0.1 * k.abs().max()
+        assert (a.values.float() - v).abs().max() < 0.1 * v.abs().max()
 
 
 def test_build_cache_adopts_layers_without_copying():

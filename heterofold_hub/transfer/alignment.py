@@ -18,39 +18,63 @@ from heterofold_hub.errors import AlignmentError, HeteroFoldError
 
 
 def char_owner(sender_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
-    """For each character, the index of the last sender token covering it (or the nearest before it).
+    """For each character, the index of the last sender token that starts at or before it and covers a character:
+    the last token covering it, or the nearest before it (characters no token covers, e.g. dropped spaces, look
+    back; byte-level BPE spans can overlap, and the later token wins).
 
     ``sender_offsets``: ``[Ts, 2]`` (start, end) character spans; returns ``[n_chars]`` long, -1 where
     no sender token starts at or before the character.
     """
     start, end = sender_offsets[:, 0].long(), sender_offsets[:, 1].long().clamp(max=n_chars)
-    lengths = (end - start).clamp(min=0)
-    token = torch.arange(len(start)).repeat_interleave(lengths)
-    # position of each covered char: start of its token + rank inside the token
-    first = torch.cumsum(lengths, 0) - lengths
-    chars = start.repeat_interleave(lengths) + torch.arange(int(lengths.sum())) - first.repeat_interleave(lengths)
+    covers = end > start
     owner = torch.full((n_chars,), -1, dtype=torch.long)
-    owner.scatter_reduce_(0, chars, token, reduce="amax")  # byte-level BPE spans can overlap: take the last
-    return torch.cummax(owner, 0).values  # characters no token covers (e.g. dropped spaces) look back
+    owner.scatter_reduce_(0, start[covers], torch.arange(len(start))[covers], reduce="amax")
+    return torch.cummax(owner, 0).values
 
 
-def align_sequence(sender_offsets: torch.Tensor, receiver_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
-    """Sender token index for every receiver token of one text.
+def _rows(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """For parts laid end to end: the part each element belongs to ``[sum T]`` and each part's first element ``[B]``."""
+    lengths = torch.tensor([len(p) for p in parts], dtype=torch.long)
+    return torch.repeat_interleave(torch.arange(len(parts)), lengths), lengths.cumsum(0) - lengths
 
-    ``sender_offsets``: ``[Ts, 2]``, ``receiver_offsets``: ``[Tr, 2]``; returns ``[Tr]`` long.
-    Raises :class:`AlignmentError` when the sender has no token that covers any character.
+
+def align_rows(sender_offsets: list[torch.Tensor], receiver_offsets: list[torch.Tensor],
+               n_chars: list[int]) -> torch.Tensor:
+    """Sender token index (within its text) for every receiver token of a batch of texts, in one pass over the
+    texts laid end to end (no loop over texts or tokens).
+
+    Per text: ``sender_offsets`` ``[Ts, 2]``, ``receiver_offsets`` ``[Tr, 2]``, its length in characters; returns
+    ``[sum Tr]`` long, the texts' receiver tokens one after another. Raises :class:`AlignmentError` when a text's
+    sender tokens cover no character.
     """
-    has_chars = sender_offsets[:, 1] > sender_offsets[:, 0]
-    if n_chars == 0 or not bool(has_chars.any()):
+    chars = torch.tensor(n_chars, dtype=torch.long)
+    s_row, s_first = _rows(sender_offsets)
+    r_row, _ = _rows(receiver_offsets)
+    sender, receiver = torch.cat(sender_offsets).long(), torch.cat(receiver_offsets).long()
+    content = sender[:, 1] > sender[:, 0]
+    first_content = torch.full_like(chars, -1).scatter_reduce_(0, s_row[content], torch.arange(len(sender))[content],
+                                                               reduce="amin", include_self=False)
+    if bool(((chars == 0) | (first_content < 0)).any()):
         raise AlignmentError(
             "The sender's tokenization of this context covers no characters (empty text, or only "
             "special tokens), so there is nothing to transfer. Pass a non-empty context text."
         )
-    owner = char_owner(sender_offsets, n_chars)
-    first_content = int(torch.nonzero(has_chars)[0])
-    last_char = (receiver_offsets[:, 1].long() - 1).clamp(0, n_chars - 1)
-    index = owner[last_char]
-    return torch.where(index < 0, first_content, index)
+    # Spans clamped to their own text and shifted to its place: owners are global token ids, and a text's chars
+    # before its first token see the previous text's tokens, ids below the text's first (handled as -1 was).
+    base = chars.cumsum(0) - chars
+    owner = char_owner(torch.minimum(sender, chars[s_row, None]) + base[s_row, None], int(chars.sum()))
+    last_char = torch.minimum((receiver[:, 1] - 1).clamp(min=0), chars[r_row] - 1) + base[r_row]
+    index = owner[last_char] - s_first[r_row]
+    return torch.where(index < 0, (first_content - s_first)[r_row], index)
+
+
+def align_sequence(sender_offsets: torch.Tensor, receiver_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
+    """Sender token index for every receiver token of one text (:func:`align_rows` of one text).
+
+    ``sender_offsets``: ``[Ts, 2]``, ``receiver_offsets``: ``[Tr, 2]``; returns ``[Tr]`` long.
+    Raises :class:`AlignmentError` when the sender has no token that covers any character.
+    """
+    return align_rows([sender_offsets], [receiver_offsets], [n_chars])
 
 
 @dataclass
@@ -110,16 +134,13 @@ def align_batch(
             f"A context has {min(lengths)} receiver token(s) but the receiver computes its first "
             f"{native} natively, so nothing would be transferred. Pass a longer context."
         )
+    # left-padded: each row's real tokens fill its last columns, so a row-major mask takes them in text order
     width = max(lengths)
-    batch = len(receiver_ids)
-    index = torch.zeros(batch, width, dtype=torch.long)
-    ids = torch.zeros(batch, width, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.long)
-    for row, (s_off, r_off, r_ids, chars) in enumerate(zip(sender_offsets, receiver_offsets, receiver_ids, n_chars)):
-        pad = width - len(r_ids)
-        index[row, pad:] = align_sequence(s_off, r_off, chars)
-        ids[row, pad:] = r_ids
-        mask[row, pad:] = 1
+    mask = torch.arange(width)[None] >= (width - torch.tensor(lengths))[:, None]
+    index = torch.zeros(mask.shape, dtype=torch.long).masked_scatter_(
+        mask, align_rows(sender_offsets, receiver_offsets, n_chars))
+    ids = torch.zeros(mask.shape, dtype=torch.long).masked_scatter_(mask, torch.cat(receiver_ids).long())
+    mask = mask.long()
     return TokenAlignment(sender_index=index, receiver_ids=ids, attention_mask=mask, native_prefix=native)
 
 
