@@ -213,8 +213,8 @@ def handoff_markdown(result: dict, fmt: str, settings: list[str] | None = None) 
     """A Markdown table of a :mod:`benchmarks.handoff` result: one row per setting (all, or ``settings`` in that
     order), per length the exact-match accuracy with its binomial SE, the share of native kept and the recomputed
     share of the context. README tables are this text exactly (a test holds them together)."""
-    lengths = [str(n) for n in result["lengths"]]
     rows = result["formats"][fmt]
+    lengths = [str(n) for n in result["lengths"] if str(n) in rows]  # a stopped run may lack its last lengths
     names = settings or list(rows[lengths[0]])
     head = "| setting | " + " | ".join(f"{n} tokens: exact match (kept), recomputed" for n in lengths) + " |"
     lines = [head, "| --- |" + " ---: |" * len(lengths)]

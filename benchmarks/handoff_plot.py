@@ -1,0 +1,61 @@
+"""The recompute trade-off curve: exact match (share of native) against the share of the context recomputed, one
+line per strategy, one panel per (format, length), from the committed hand-off results.
+
+    python benchmarks/handoff_plot.py   # writes benchmarks/results/handoff/curve.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "handoff"
+
+
+def points(paths: list[Path]) -> dict:
+    """{(format, length): {strategy: [(recomputed share, kept)]}}, strategies named without their share."""
+    out: dict = {}
+    for path in paths:
+        result = json.loads(path.read_text())
+        for fmt, by_length in result["formats"].items():
+            for length, rows in by_length.items():
+                for name, row in rows.items():
+                    if name in ("native", "no-context") or row["kept"] is None:
+                        continue
+                    strategy = name.split("@")[0] + ("+" + name.split("+", 1)[1] if "+" in name else "")
+                    strategy = "transfer (no recompute)" if strategy.startswith("transfer") else strategy
+                    label = f"{strategy} ({result['docs']} docs)"
+                    out.setdefault((fmt, int(length)), {}).setdefault(label, []).append(
+                        (row["recomputed_share"], row["kept"]))
+    return out
+
+
+def main() -> None:
+    paths = sorted(p for p in RESULTS.glob("s2g-*.json") if "screen-v1" not in p.name)
+    panels = points(paths)
+    keys = sorted(panels)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for label, xy in sorted(panels[key].items()):
+            xy.sort()
+            ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label)
+        ax.axhline(0.9, color="k", linestyle=":", linewidth=1)
+        ax.set(title=f"{key[0]} format, {key[1]} tokens", xlabel="share of context recomputed",
+               ylabel="exact match / native", ylim=(-0.05, 1.1), xscale="symlog", xlim=(-0.001, 0.3))
+        ax.set_xscale("symlog", linthresh=0.01)
+        ax.legend(fontsize=6)
+    fig.suptitle("SmolLM2 -> Gemma 3 v1.3.0: retrieval kept against recompute (dotted: 90% of native)")
+    fig.tight_layout()
+    out = RESULTS / "curve.png"
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
