@@ -77,6 +77,12 @@ class ChunkStart(Selector):
         return -(position % CHUNK).float()
 
 
+def token_content(inputs: SelectionInputs) -> torch.Tensor:
+    """``[B, Tr]``: a bonus for each token holding a digit, plus the sender's surprisal when the prefill kept it."""
+    score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
+    return score if inputs.surprisal is None else score + inputs.surprisal
+
+
 class Content(Selector):
     """Digits and the sender's surprise, spread over the line around each peak (a value with its name)."""
 
@@ -84,23 +90,17 @@ class Content(Selector):
     needs = ("surprisal",)
 
     def scores(self, inputs):
-        score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
-        if inputs.surprisal is not None:
-            score = score + inputs.surprisal
-        return spread_in_line(score, line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+        return spread_in_line(token_content(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
 
 
 class Digits(Selector):
-    """Digit tokens and the few before each, nothing else (the first content signal measured)."""
+    """The same token signal spread only to the few tokens before each (the first content signal measured)."""
 
     name = "digits"
     needs = ("surprisal",)
 
     def scores(self, inputs):
-        score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
-        if inputs.surprisal is not None:
-            score = score + inputs.surprisal
-        return spread_back(score, SPAN_BEFORE)
+        return spread_back(token_content(inputs), SPAN_BEFORE)
 
 
 class Deviation(Selector):
