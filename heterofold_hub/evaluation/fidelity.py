@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from rich.progress import Progress
 
+from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
@@ -71,7 +72,7 @@ def evaluate(
         task = bar.add_task("evaluating", total=len(windows))
         for start in range(0, len(windows), batch_size):
             batch = prepare_batch(windows[start : start + batch_size], sender, receiver,
-                                  surprisal=recompute is not None and recompute.select == "content")
+                                  surprisal=recompute is not None and needs_surprisal(recompute.select))
             native = native_logits(receiver, batch)
             logits = {"native": native, "no-context": no_context_logits(receiver, batch)}
             logits.update({name: transferred_logits(a, receiver, batch, recompute=recompute)

@@ -31,6 +31,7 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.retrieval import (RECALL_MARK, _filler_chunk, digit_accuracy, exact_match, fact_line,
                                                  make_prompt)
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import ADJECTIVES, NOUNS
 
@@ -139,7 +140,7 @@ def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, p
     decode = dict(max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id or 0)
     names = ["native", "no-context", *(s.name for s in settings)]
     rows = {name: {"decoded": [], "hits": [], "share": [], "seconds": []} for name in names}
-    surprisal = any(s.select == "content" for s in settings)
+    surprisal = any(needs_surprisal(s.select) for s in settings)
     with Progress(disable=not progress) as bar:
         task = bar.add_task(f"hand-off {prompts[0].format} {prompts[0].tokens} tok", total=len(prompts))
         for start in range(0, len(prompts), batch_size):

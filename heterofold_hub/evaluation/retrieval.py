@@ -42,6 +42,7 @@ from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
+from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
 
@@ -232,7 +233,7 @@ def decode_answers(
         texts = [p.prompt[: len(p.prompt) - len(p.question)] if asks else p.prompt for p in group]
         results = {"native": native_prefill(receiver, texts)}
         if pipes:
-            prefill = prefill_sender(sender, texts, surprisal=settings.get("select") == "content")
+            prefill = prefill_sender(sender, texts, surprisal=needs_surprisal(settings.get("select")))
             results.update({name: pipe.transfer(prefill, texts, query=asks, **settings) for name, pipe in pipes.items()})
         shapes: dict[tuple, list[str]] = {}  # results that can share one generate call
         for name, result in results.items():

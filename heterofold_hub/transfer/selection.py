@@ -162,6 +162,11 @@ SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Co
                                                             Attention, Oracle)}
 
 
+def needs_surprisal(select: str | None) -> bool:
+    """Whether ``select`` reads the sender's surprisal (so a prefill should keep it)."""
+    return select in SELECTORS and "surprisal" in SELECTORS[select].needs
+
+
 def get_selector(name: str) -> Selector:
     if name not in SELECTORS:
         raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECTORS)}.")
