@@ -14,7 +14,7 @@ from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
-from heterofold_hub.transfer.sender import SenderPrefill, as_texts
+from heterofold_hub.transfer.sender import SenderPrefill
 from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity
 
 
@@ -125,7 +125,7 @@ class TransferPipeline:
         if (texts is None) == (plan is None):
             raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
-        texts = None if texts is None else as_texts(texts)
+        texts = None if texts is None else ([texts] if isinstance(texts, str) else list(texts))  # the plan checks them
         if prefill is not None and texts is not None:
             _check_rows(prefill, texts)
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)

@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from heterofold_hub.base_models.loading import Side, cache_only, encode
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import AlignmentError, HeteroFoldError
 from heterofold_hub.transfer.kvcache import LayerKV, cache_layers, full_cache
 
 SURPRISAL_CHUNK = 256  # positions per LM-head chunk: a 262k-vocabulary head over 2048 positions would be GBs
@@ -61,9 +61,11 @@ def token_digest(ids: list[int]) -> str:
 
 
 def as_texts(texts: str | list[str]) -> list[str]:
+    """``texts`` as a list of non-empty strings (one string is one context)."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts or not all(isinstance(t, str) and t for t in texts):
-        raise HeteroFoldError("Pass the context as a non-empty string or a list of non-empty strings.")
+        raise AlignmentError("A context has no characters (or none was given): pass a non-empty string or a list of "
+                             "non-empty strings.")
     return texts
 
 
