@@ -11,7 +11,7 @@ from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import cache_layers, check_cache
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
-from heterofold_hub.transfer.plan import TransferPlan, build_plan
+from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache
 
 
@@ -46,7 +46,10 @@ def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
 
 
 class TransferPipeline:
-    """A fitted adapter between a sender (tokenizer + KV layout) and a loaded, frozen receiver."""
+    """A fitted adapter between a sender (tokenizer + KV layout) and a loaded, frozen receiver.
+
+    ``plan_cache`` keeps what every plan of this pair shares (RoPE tables, the receiver's native-prefix K/V), so
+    only the first plan pays for them."""
 
     def __init__(self, adapter: PairAdapter, sender: Side, receiver: Side):
         if receiver.model is None:
@@ -59,13 +62,14 @@ class TransferPipeline:
                     f"with {side.spec.to_dict()}. Use an adapter fitted for this pair."
                 )
         self.adapter, self.sender, self.receiver = adapter, sender, receiver
+        self.plan_cache = PlanCache(sender, receiver)
 
     def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferPlan:
         """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
 
         ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns."""
         return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
-                          sender_position_ids=sender_position_ids)
+                          sender_position_ids=sender_position_ids, cache=self.plan_cache)
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """A :class:`LayerStream` that maps sender layers into this receiver's cache as they arrive."""
