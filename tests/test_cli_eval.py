@@ -54,6 +54,16 @@ def test_bench_writes_timings_json_and_plot(pair_dirs, tmp_path):
         assert row["prefill_s"] > 0 and row["copy_s"] > 0 and row["plan_s"] > 0 and row["layer_bytes"] > 0
         assert set(row["transfer_s"]) == set(row["peak_extra_bytes"]) == {"heterofold", "kv-ridge", "dense-latent"}
         assert all(n > 0 for n in row["peak_extra_bytes"].values())
+        # the hand-off: plan (warm, and a new pipeline's cold one) + map + recompute (none timed here)
+        assert row["plan_cold_s"] > 0 and row["recompute_s"] == {}
+        assert row["end_to_end_s"]["heterofold"] == pytest.approx(row["plan_s"] + row["transfer_s"]["heterofold"])
+        assert row["speedup"]["map_only"]["heterofold"] > row["speedup"]["end_to_end"]["heterofold"] > 0
+    assert result["checks"] == {"prefill_keeps_one_logit": True, "warnings": []}
+    provenance = result["provenance"]
+    assert "bench" in provenance["command"] and provenance["git"]["commit"] and provenance["threads"] >= 1
+    assert provenance["adapters"]["heterofold"]["source"] == "fitted in this run"  # no adapter registered: recolor
+    assert all(a["weights_sha256"].startswith("sha256:") for a in provenance["adapters"].values())
+    assert "end-to-end" in run.stdout and "map only" in run.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

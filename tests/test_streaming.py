@@ -1,5 +1,7 @@
 """The fast transfer path (plan + layer stream) against the reference path, its memory bound, and its API."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -157,6 +159,83 @@ def test_a_plan_is_reusable_and_checked_against_the_cache(demo):
         pipe.transfer(cache, text, plan=plan)
     with pytest.raises(PairMismatchError, match="tokenizes"):
         pipe.transfer(cache, plan=pipe.plan(text[:300]))
+
+
+def assert_same_plan(got, want):
+    """Two plans of the same texts agree: token indices exactly, RoPE tables and native K/V to float rounding."""
+    for name in ("input_ids", "attention_mask", "sender_rows", "native_rows", "padding_rows"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert torch.equal(got.alignment.sender_index, want.alignment.sender_index)
+    for kind in ("unrotate", "rotate"):
+        for a, b in zip(getattr(got, kind), getattr(want, kind), strict=True):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.rotary_dim == b.rotary_dim
+                torch.testing.assert_close(a.cos, b.cos)
+                torch.testing.assert_close(a.sin, b.sin)
+    for got_kv, want_kv in zip(got.native, want.native, strict=True):
+        for a, b in zip(got_kv, want_kv):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("sender_arch,receiver_arch", [("gpt_neox", "phi3"), ("phi3", "llama"), ("gpt2", "qwen2"),
+                                                        ("llama", "gemma3_text"), ("gemma3_text", "gpt2")])
+def test_plans_reuse_the_pipelines_pair_constants_and_equal_a_fresh_pipelines(sender_arch, receiver_arch, bpe,
+                                                                               unigram, monkeypatch):
+    """A second plan reuses the first's native-prefix K/V and RoPE tables (no forward, no rotary call); a longer
+    batch regrows the tables and computes only its new prefix; every plan, and its transfer, equals a fresh
+    pipeline's, and the plan equals the rotary module's own tables and a native forward at its positions (what a
+    plan computed before the cache): partial rotary, no rotary and Gemma 3's per-layer-type tables."""
+    import heterofold_hub.transfer.plan as plan_module
+    from heterofold_hub.transfer.reference import native_prefix_kv
+
+    forwards = []
+    counted = lambda model, ids: forwards.append(ids) or prefix_kv(model, ids)  # noqa: E731
+    prefix_kv = plan_module.prefix_kv
+    monkeypatch.setattr(plan_module, "prefix_kv", counted)
+    sender = Side.from_model(tiny_model(sender_arch, len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model(receiver_arch, len(unigram), layers=2, seed=2), unigram)
+    pipe = TransferPipeline(random_affine(sender.model, receiver.model, 2, seed=3), sender, receiver)
+    constants, text = pipe.plan_cache, texts()[2]
+    first = pipe.plan(text[:300])
+    tables = constants.unrotate.turns, constants.rotate.turns
+    second = pipe.plan(text[:250])  # shorter, same first token (this receiver has no BOS): all reused
+    assert len(forwards) == 1 and (constants.unrotate.turns, constants.rotate.turns) == tables
+    assert all(a[i].data_ptr() == b[i].data_ptr() for a, b in zip(first.native, second.native) for i in (0, 1))
+    starts = (texts()[4][k:k + 120] for k in range(0, 1200, 7))  # a row whose first token (the prefix) differs
+    batch = [text[:600], next(t for t in starts if unigram(t).input_ids[0] != unigram(text).input_ids[0])]
+    longer = pipe.plan(batch)
+    assert constants.rotate.length >= longer.alignment.receiver_positions.max() + 1 and len(forwards) == 2
+    for plan, planned in ((second, text[:250]), (longer, batch)):
+        fresh = TransferPipeline(pipe.adapter, sender, receiver)
+        assert_same_plan(plan, fresh.plan(planned))
+        a = plan.alignment
+        assert_same_plan(plan, replace(plan, unrotate=plan_module._turns(sender, a.sender_index, inverse=True),
+                                       rotate=plan_module._turns(receiver, a.receiver_positions, inverse=False),
+                                       native=native_prefix_kv(receiver.model, a)))
+    cache = sender_cache(sender, batch)
+    got, want = pipe.transfer(cache, plan=longer).cache, fresh.transfer(cache, batch).cache
+    for a, b in zip(got.layers, want.layers, strict=True):
+        torch.testing.assert_close(a.keys, b.keys)
+        torch.testing.assert_close(a.values, b.values)
+
+
+def test_a_rope_that_rescales_with_the_longest_position_is_asked_afresh(bpe, unigram):
+    """Dynamic NTK (and longrope) rescale their frequencies by the longest position asked for, so rows of a longer
+    table could differ: such a side's plans call its rotary module at their own positions."""
+    from transformers import AutoModelForCausalLM
+
+    from conftest import tiny_config
+
+    config = tiny_config("llama", len(unigram))
+    config.rope_parameters = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    receiver = Side.from_model(AutoModelForCausalLM.from_config(config).eval(), unigram)
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
+    assert not receiver.rope.tables_fixed and sender.rope.tables_fixed
+    pipe = TransferPipeline(random_affine(sender.model, receiver.model, 2, seed=3), sender, receiver)
+    plan = pipe.plan(texts()[2][:300])
+    assert pipe.plan_cache.rotate.length == 0 and pipe.plan_cache.unrotate.length > 0  # no receiver table kept
+    assert_same_plan(plan, TransferPipeline(pipe.adapter, sender, receiver).plan(texts()[2][:300]))
 
 
 def test_cache_dtype_is_kept(demo):

@@ -22,6 +22,7 @@ from heterofold_hub.errors import UnsupportedArchitectureError
 ROTATE_HALF = "rotate_half"  # rotary on the first `rotary_dim` dims, halves rotated (HF default)
 ABSOLUTE = "absolute"  # no rotary: positions live in the hidden states (GPT-2)
 SLIDING = "sliding_attention"  # transformers' name for a sliding-window layer type
+DYNAMIC_ROPE = ("dynamic", "longrope")  # rope types whose frequencies depend on the longest position asked for
 SUPPORTED_ARCHITECTURES = {
     "llama": ROTATE_HALF,
     "mistral": ROTATE_HALF,
@@ -194,6 +195,15 @@ class Rope:
         else:
             cos, sin = self.module(probe, position_ids)
         return cos.to(dtype), sin.to(dtype)
+
+    @property
+    def tables_fixed(self) -> bool:
+        """Whether a position's cos/sin never depend on the other positions asked for, so tables for positions
+        ``0..N-1`` can be computed once and gathered: true unless a dynamic RoPE (dynamic NTK, longrope) rescales
+        its frequencies by the longest position (also true without RoPE: there is nothing to compute)."""
+        types = getattr(self.module, "rope_type", None)  # per layer type (Gemma 3) a dict
+        types = types.values() if isinstance(types, dict) else [types]
+        return not any(t in DYNAMIC_ROPE for t in types)
 
     def tables_per_layer(self, position_ids: torch.Tensor, dtype: torch.dtype) -> list:
         """:meth:`tables` for every layer (computed once per layer type, shared between layers of a type)."""

@@ -69,9 +69,10 @@ def parse_contexts(value: str) -> list[int]:
         raise HeteroFoldError(f"--contexts {value!r}: give comma-separated token counts, e.g. 512,2048") from None
 
 
-def bench_adapters(sender, receiver, pivot: str | None = None) -> dict:
+def bench_adapters(sender, receiver, pivot: str | None = None) -> tuple[dict, dict]:
     """The registered HeteroFold adapter of the pair, plus both baselines fitted on a little calibration text
-    (their transfer cost does not depend on how well they were fitted); with ``pivot``, the composed path too."""
+    (their transfer cost does not depend on how well they were fitted); with ``pivot``, the composed path too.
+    Also where the resolved ones came from (name -> ResolvedAdapter), for the results' provenance."""
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.methods.fitting import fit_methods
     from heterofold_hub.hub.registry import NoAdapterError
@@ -81,33 +82,42 @@ def bench_adapters(sender, receiver, pivot: str | None = None) -> dict:
     calib = make_windows(read_texts("bundled:calib"), receiver, context_tokens=256, continuation_tokens=32, max_windows=16)
     adapters = fit_methods(sender, receiver, ["kv-ridge", "dense-latent"], calib,
                            options={"dense-latent": {"mse_steps": 50, "nll_steps": 5}})
+    origins = {}
     try:
-        adapters = {"heterofold": resolve_adapter(sender, receiver).adapter, **adapters}
+        origins["heterofold"] = resolve_adapter(sender, receiver)
+        adapters = {"heterofold": origins["heterofold"].adapter, **adapters}
     except NoAdapterError:  # no registered adapter: time the recolor map, which has exactly its cost
         adapters = {"heterofold": fit_methods(sender, receiver, ["recolor"], calib)["recolor"], **adapters}
     if pivot is not None:
-        adapters["composed"] = resolve_path(sender, receiver, pivot=pivot).adapter
-    return adapters
+        origins["composed"] = resolve_path(sender, receiver, pivot=pivot)
+        adapters["composed"] = origins["composed"].adapter
+    return adapters, origins
 
 
 def results_tables(result: dict) -> tuple[Table, Table]:
-    """Two tables that fit a terminal: the times, and what they mean for heterofold."""
+    """Two tables that fit a terminal: the times, and what they mean for heterofold's hand-off."""
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
-                        f"({result['threads']} CPU threads)")
+                        f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
+                  "plan cold: a new pipeline's first; recompute: heterofold's, when timed; each method: its map")
     methods = timed_methods(result)
-    for column in ("context", "prefill", "plan", "copy", *methods):
+    for column in ("context", "prefill", "plan", "plan cold", "recompute", "copy", *methods):
         times.add_column(column, justify="right")
-    ratios = Table(title="heterofold transfer", caption="speed-up: prefill / transfer with the context's plan reused; "
-                   "cold: prefill / (plan + transfer); vs copy: transfer / cache copy; peak: temporary memory of one "
-                   "transfer, in receiver layers (keys + values)")
-    for column in ("context", "speed-up", "cold", "vs copy", "peak"):
+    ratios = Table(title="heterofold hand-off", caption="end-to-end: prefill / (plan + map + recompute), the headline; "
+                   "map only: prefill / map; cold: end-to-end with a new pipeline's plan; plan / map: the plan's cost "
+                   "beside the map's; vs copy: map / cache copy; peak: temporary memory of one map, in receiver layers "
+                   "(keys + values)")
+    for column in ("context", "end-to-end", "map only", "cold", "plan / map", "vs copy", "peak"):
         ratios.add_column(column, justify="right")
     for row in result["rows"]:
-        t, hf = row["transfer_s"], row["transfer_s"]["heterofold"]
-        times.add_row(str(row["context_tokens"]), *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s")),
+        t, hf, speedup = row["transfer_s"], row["transfer_s"]["heterofold"], row["speedup"]
+        recompute = row["recompute_s"].get("heterofold")
+        times.add_row(str(row["context_tokens"]),
+                      *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s", "plan_cold_s")),
+                      "-" if recompute is None else f"{recompute * 1e3:.1f}",
                       f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in methods))
-        ratios.add_row(str(row["context_tokens"]), f"{row['prefill_s'] / hf:.1f}x",
-                       f"{row['prefill_s'] / (row['plan_s'] + hf):.1f}x", f"{hf / row['copy_s']:.1f}x",
+        ratios.add_row(str(row["context_tokens"]),
+                       *(f"{speedup[k]['heterofold']:.1f}x" for k in ("end_to_end", "map_only", "cold")),
+                       f"{row['plan_s'] / hf:.0%}", f"{hf / row['copy_s']:.1f}x",
                        f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
     return times, ratios
 
@@ -124,14 +134,16 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 9), squeeze=False)
+    for ax, result in zip(axes[1], results):
+        plot_speedups(ax, result)
     for ax, result in zip(axes[0], results):
         ctx = [r["context_tokens"] for r in result["rows"]]
         ax.plot(ctx, [r["prefill_s"] * 1e3 for r in result["rows"]], "o-", label="native prefill")
         for m in timed_methods(result):
             ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
-        ax.plot(ctx, [(r["plan_s"] + r["transfer_s"]["heterofold"]) * 1e3 for r in result["rows"]], ":",
-                label="plan + heterofold (cold)")
+        ax.plot(ctx, [r["end_to_end_s"]["heterofold"] * 1e3 for r in result["rows"]], ":",
+                label="heterofold hand-off (plan + map + recompute)")
         ax.plot(ctx, [r["copy_s"] * 1e3 for r in result["rows"]], "k--", label="cache copy (floor)")
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", xlabel="context tokens (receiver)", ylabel="ms",
@@ -145,6 +157,20 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_speedups(ax, result: dict) -> None:
+    """Heterofold's speed-up over native prefill by context: end-to-end (the hand-off), cold and map only."""
+    ctx = [r["context_tokens"] for r in result["rows"]]
+    for key, style, label in (("end_to_end", "o-", "end-to-end: plan + map + recompute"),
+                              ("cold", "s:", "end-to-end, a new pipeline's plan"), ("map_only", "o--", "map only")):
+        ax.plot(ctx, [r["speedup"][key]["heterofold"] for r in result["rows"]], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="context tokens (receiver)", ylabel="x faster than native prefill", ylim=(0, None),
+           title=f"{result['sender'].split('/')[-1]} -> {result['receiver'].split('/')[-1]}: heterofold speed-up")
+    ax.set_xticks(ctx, [str(n) for n in ctx])
+    ax.minorticks_off()
+    ax.legend(fontsize=8)
+
+
 def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     args.validate()
     from rich.progress import Progress
@@ -153,20 +179,25 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.evaluation.provenance import adapter_record, provenance
 
     texts = read_texts(args.data)
     results = []
     for sender_id, receiver_id in args.directions():
         with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
-            adapters = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
+            adapters, origins = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
+            records = {name: adapter_record(adapter, origins.get(name)) for name, adapter in adapters.items()}
             device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("timing", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
                                progress=lambda: bar.advance(task))
+        result["provenance"] = provenance(records)
         console.print(*results_tables(result))
+        for warning in result["checks"]["warnings"]:
+            console.print(f"[yellow]warning:[/] {warning}")
         for skip in result["skipped"]:
             console.print(f"[yellow]skipped {skip['context_tokens']} tokens:[/] {skip['reason']}")
         results.append(result)

@@ -4,14 +4,21 @@ For each context length, on the same text:
 
 - ``prefill_s``: the receiver's own prefill, a forward with cache from its token ids and logits for the last
   position only, as a serving engine prefills (what a transfer saves);
-- ``plan_s``: tokenizing for both models, aligning and the native-prefix forward, once per context
-  (:meth:`TransferPipeline.plan`; it needs only the text, so it can run while the sender prefills);
-- ``transfer_s[method]``: mapping the sender's cache with that plan into a receiver cache;
+- ``plan_s``: tokenizing for both models, aligning, RoPE tables and the native-prefix K/V, on a warm pipeline (a
+  user's second hand-off: the pair's constants are cached, see :class:`~heterofold_hub.transfer.plan.PlanCache`;
+  it needs only the text, so it can run while the sender prefills); ``plan_cold_s``: the same on a new pipeline's
+  first call, which computes those constants;
+- ``transfer_s[method]``: the map, that method's transfer of the sender's cache with that plan into a receiver cache;
+- ``recompute_s[method]``: the receiver recomputing part of the context after the map (selective recompute), when a
+  method is timed with it; absent is 0;
+- ``end_to_end_s[method]``: the hand-off a user waits for, plan + map + recompute; ``speedup`` compares prefill with
+  it (``end_to_end``, the headline), with the cold hand-off (``cold``) and with the map alone (``map_only``);
 - ``copy_s``: a plain copy of a receiver cache of that size, the memory-traffic floor;
 - ``peak_extra_bytes[method]``: the most temporary memory one transfer held (beyond the cache it returns),
   measured in a separate untimed run; ``layer_bytes`` is one receiver layer's keys + values, for scale.
 
 Each time is the median of ``repeats`` rounds after one warm-up; a round runs every measurement once, in turn.
+The result's ``checks`` say whether the prefill it beats is a fair one (its LM head on the last position only).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from heterofold_hub.evaluation.memory import peak_extra_bytes
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.pipeline import TransferPipeline
-from heterofold_hub.transfer.plan import build_plan
+from heterofold_hub.transfer.plan import PlanCache, build_plan
 
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
@@ -76,7 +83,8 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 
 @torch.no_grad()
 def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int) -> dict:
-    """One context length: seconds for prefill, plan, copy and each method's transfer of ``text``."""
+    """One context length: seconds for prefill, plan (warm and cold), copy and each method's map of ``text``, and
+    the hand-off's sum and speed-ups (:func:`hand_off`)."""
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
     sender_cache = sender.model(**s_inputs, use_cache=True, cache=full_cache()).cache  # what the sender computed: not timed
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
@@ -84,29 +92,62 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     layers = [(layer.keys, layer.values) for layer in prefill().layers]
     pipelines = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
     native = max(adapter.config.min_native for adapter in adapters.values())
-    make_plan = lambda: build_plan(sender, receiver, text, min_native=native)  # noqa: E731  one plan serves every method
-    plan = make_plan()
+    warm = PlanCache(sender, receiver)  # filled by the untimed warm-up call, as by a user's first hand-off
+    plan_with = lambda cache: build_plan(sender, receiver, text, min_native=native, cache=cache)  # noqa: E731
+    plan = plan_with(warm)  # one plan serves every method
     transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
-    seconds = median_seconds({"prefill": prefill, "plan": make_plan,
+    seconds = median_seconds({"prefill": prefill, "plan": lambda: plan_with(warm), "plan cold": lambda: plan_with(None),
                               "copy": lambda: [(k.clone(), v.clone()) for k, v in layers],
                               **{f"transfer {name}": transfer for name, transfer in transfers.items()}}, repeats)
     full = max(layers, key=lambda kv: kv[0].shape[2])  # a sliding-window layer (Gemma 3) keeps only its window
-    return {
+    return hand_off({
         "context_tokens": int(ids.shape[1]),
         "prefill_s": seconds["prefill"],
         "plan_s": seconds["plan"],
+        "plan_cold_s": seconds["plan cold"],
         "copy_s": seconds["copy"],
         "transfer_s": {name: seconds[f"transfer {name}"] for name in transfers},
+        "recompute_s": {},  # selective recompute's seconds per method, when timed with it
         "peak_extra_bytes": {name: peak_extra_bytes(transfer, receiver.model.device)[1]
                              for name, transfer in transfers.items()},
         "layer_bytes": 2 * full[0].nelement() * full[0].element_size(),
+    })
+
+
+def hand_off(row: dict) -> dict:
+    """``row`` with ``end_to_end_s`` (plan + map + recompute, per method) and ``speedup``: prefill over that sum
+    (``end_to_end``), over the cold plan's sum (``cold``) and over the map alone (``map_only``), per method."""
+    maps, recompute = row["transfer_s"], row.get("recompute_s", {})
+    rest = {name: seconds + recompute.get(name, 0.0) for name, seconds in maps.items()}  # map + recompute
+    row["end_to_end_s"] = {name: row["plan_s"] + seconds for name, seconds in rest.items()}
+    row["speedup"] = {
+        "end_to_end": {name: row["prefill_s"] / seconds for name, seconds in row["end_to_end_s"].items()},
+        "cold": {name: row["prefill_s"] / (row["plan_cold_s"] + seconds) for name, seconds in rest.items()},
+        "map_only": {name: row["prefill_s"] / seconds for name, seconds in maps.items()},
     }
+    return row
+
+
+def prefill_keeps_one_logit(model, ids: torch.Tensor) -> bool:
+    """Whether ``model``'s prefill of ``ids`` ``[1, T]`` (T >= 2) computes its LM head on the last position only, as
+    a serving engine's does. A forward without ``logits_to_keep``, or one that ignores it, pays the head over every
+    position (over a 262k vocabulary as much as several layers): a slower baseline that inflates every speed-up."""
+    with torch.no_grad():
+        out = model(input_ids=ids.to(model.device), use_cache=True, **cache_only(model))
+    return out.logits.shape[1] == 1
 
 
 def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],
               contexts: list[int], *, repeats: int = 5, progress=None) -> dict:
-    """``{"sender", "receiver", "rows": [bench_row per context length]}``."""
-    rows, skipped = [], []
+    """``{"sender", "receiver", "checks", "rows": [bench_row per context length], ...}``;
+    ``checks.prefill_keeps_one_logit`` False (with a ``warnings`` entry) flags a receiver whose prefill computes logits
+    for every position."""
+    rows, skipped, warnings = [], [], []
+    probe = encode(receiver.tokenizer, text_of_length(texts, receiver, 8))[0][None]
+    fair = prefill_keeps_one_logit(receiver.model, probe)
+    if not fair:
+        warnings.append(f"{receiver.name}'s forward ignores logits_to_keep: its prefill computes the LM head over "
+                        "every position, so every speed-up here is against a slower prefill than a serving engine's.")
     for tokens in contexts:
         text = text_of_length(texts, receiver, tokens)
         needed = len(encode(sender.tokenizer, text)[0])
@@ -120,5 +161,5 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     device = receiver.model.device
     return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats, "rows": rows,
-            "skipped": skipped}
+            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats,
+            "checks": {"prefill_keeps_one_logit": fair, "warnings": warnings}, "rows": rows, "skipped": skipped}

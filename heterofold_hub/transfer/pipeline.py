@@ -11,7 +11,7 @@ from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers, check_cache
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
-from heterofold_hub.transfer.plan import TransferPlan, build_plan
+from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
 from heterofold_hub.transfer.sender import SenderPrefill
@@ -62,7 +62,10 @@ def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
 
 
 class TransferPipeline:
-    """A fitted adapter between a sender (tokenizer + KV layout) and a loaded, frozen receiver."""
+    """A fitted adapter between a sender (tokenizer + KV layout) and a loaded, frozen receiver.
+
+    ``plan_cache`` keeps what every plan of this pair shares (RoPE tables, the receiver's native-prefix K/V), so
+    only the first plan pays for them."""
 
     def __init__(self, adapter: PairAdapter, sender: Side, receiver: Side, *, source: str | None = None):
         """``source``: where the adapter came from (``repo@version`` or a folder), recorded in every result's
@@ -77,6 +80,7 @@ class TransferPipeline:
                     f"with {side.spec.to_dict()}. Use an adapter fitted for this pair."
                 )
         self.adapter, self.sender, self.receiver = adapter, sender, receiver
+        self.plan_cache = PlanCache(sender, receiver)
         self.source = source or adapter.config.method
         self._adapter_identity: dict | None = None
 
@@ -98,7 +102,7 @@ class TransferPipeline:
 
         ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns."""
         return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
-                          sender_position_ids=sender_position_ids)
+                          sender_position_ids=sender_position_ids, cache=self.plan_cache)
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """A :class:`LayerStream` that maps sender layers into this receiver's cache as they arrive."""

@@ -3,7 +3,9 @@
 Tokenizing both sides, aligning tokens, the RoPE tables at both sides' positions and the receiver's own
 KV for its native prefix (the attention sink) depend only on the texts. Building them once per context
 lets every later transfer of that context (another sender cache, another method, a retry) pay only for
-the mapping itself, and lets the plan be built while the sender is still prefilling.
+the mapping itself, and lets the plan be built while the sender is still prefilling. What does not depend on the
+text at all (RoPE tables by position, the receiver's K/V of its native prefix ids) is computed once per pair and
+kept in a :class:`PlanCache` on the pipeline, so a plan costs little more than tokenizing and aligning.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from heterofold_hub.transfer.alignment import TokenAlignment, align_batch
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import LayerKV
 from heterofold_hub.base_models.loading import Side, encode
-from heterofold_hub.transfer.reference import native_prefix_kv
+from heterofold_hub.transfer.reference import native_prefix_ids, prefix_kv
 
+MAX_PREFIXES = 256  # native prefixes a PlanCache keeps (a receiver without BOS has one per first token of a text)
 
 
 @dataclass
@@ -54,15 +57,10 @@ class TransferPlan:
         """``unrotate`` or ``rotate`` with tables in ``dtype`` (that of the rows they turn: mixed dtypes would make
         every turn convert and allocate fp32 temporaries), converted once per plan and dtype, so transfers slice
         views of them."""
-        cached = self._converted
-        if (kind, dtype) not in cached:
-            converted: dict[int, Turn | None] = {}
-            for turn in getattr(self, kind):  # layers of one type share a turn; so do their conversions
-                if id(turn) not in converted:
-                    converted[id(turn)] = None if turn is None else Turn(turn.cos.to(dtype), turn.sin.to(dtype),
-                                                                           turn.rotary_dim)
-            cached[kind, dtype] = [converted[id(turn)] for turn in getattr(self, kind)]
-        return cached[kind, dtype]
+        if (kind, dtype) not in self._converted:
+            self._converted[kind, dtype] = once_each(lambda t: Turn(t.cos.to(dtype), t.sin.to(dtype), t.rotary_dim),
+                                                     getattr(self, kind))
+        return self._converted[kind, dtype]
 
     @property
     def batch_size(self) -> int:
@@ -103,6 +101,12 @@ class Turn:
         pad = head_dim - rotary_dim
         return cls(torch.nn.functional.pad(cos, (0, pad), value=1.0), torch.nn.functional.pad(sin, (0, pad)), rotary_dim)
 
+    def gather(self, positions: torch.Tensor) -> "Turn":
+        """The tables of one row of positions ``0..N-1`` (``[1, N, D]``, a :class:`RopeTable`'s) at ``positions``
+        ``[B, T]``: ``[B, T, D]``, the numbers the rotary module gives at those positions (each position's cos/sin
+        is computed elementwise, whatever the other positions)."""
+        return Turn(self.cos[0][positions], self.sin[0][positions], self.rotary_dim)
+
     def at(self, rows: slice) -> "Turn":
         """The tables of ``rows`` of the flattened ``[B * T]`` positions, ``[n, 1, D]`` to broadcast over the
         heads of ``[n, H, D]`` (views): slice once per chunk, apply to every layer."""
@@ -132,14 +136,17 @@ def build_plan(
     *,
     min_native: int = 1,
     sender_position_ids: torch.Tensor | None = None,
+    cache: "PlanCache | None" = None,
 ) -> TransferPlan:
     """Tokenize ``texts`` for both models, align them and precompute what every transfer of them needs.
 
-    ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not the cache columns.
+    ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not the cache columns. ``cache``: the
+    pair's :class:`PlanCache` (a pipeline's ``plan_cache``) to reuse; None computes everything afresh.
     Needs the receiver model loaded (for its native prefix); the sender model is not used.
     """
     if receiver.model is None:
         raise HeteroFoldError("The receiver model must be loaded to plan a transfer into its cache.")
+    cache = cache or PlanCache(sender, receiver)
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts:
         raise HeteroFoldError("No context texts given; pass the text (or list of texts) the sender prefilled.")
@@ -167,9 +174,9 @@ def build_plan(
     return TransferPlan(
         alignment=alignment,
         sender_tokens=sender_tokens,
-        unrotate=_turns(sender, index.to(device), inverse=True),
-        rotate=_turns(receiver, alignment.receiver_positions.to(device), inverse=False),
-        native=native_prefix_kv(receiver.model, alignment),
+        unrotate=cache.unrotate.at(index.to(device)),
+        rotate=cache.rotate.at(alignment.receiver_positions.to(device)),
+        native=cache.native(alignment),
         input_ids=torch.cat([alignment.receiver_ids, last], 1),
         attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
         sender_rows=(first_rows + alignment.sender_index[:, :, None]).flatten(0, 1).to(device),
@@ -179,8 +186,70 @@ def build_plan(
 
 
 def _turns(side: Side, positions: torch.Tensor, *, inverse: bool) -> list[Turn | None]:
-    """Per layer of ``side``, its RoPE (or the inverse) at ``positions`` ``[B, T]``: one :class:`Turn` per layer type,
-    shared by the layers of that type."""
+    """Per layer of ``side``, its RoPE (or the inverse) at ``positions`` ``[B, T]`` from its rotary module: one
+    :class:`Turn` per layer type, shared by the layers of that type."""
     tables = side.rope.tables_per_layer(positions, torch.float32)
-    made: dict[int, Turn | None] = {}
-    return [made.setdefault(id(t), Turn.from_tables(t, side.spec.head_dim, inverse=inverse)) for t in tables]
+    return once_each(lambda t: Turn.from_tables(t, side.spec.head_dim, inverse=inverse), tables)
+
+
+def once_each(fn, items: list) -> list:
+    """``[fn(x) for x in items]``, calling ``fn`` once per distinct object (layers of one type share a table or a
+    turn, and keep sharing the result); None stays None."""
+    done: dict[int, object] = {}
+    for x in items:
+        if id(x) not in done:
+            done[id(x)] = None if x is None else fn(x)
+    return [done[id(x)] for x in items]
+
+
+class RopeTable:
+    """One side's RoPE (or its inverse) per layer as :class:`Turn` tables for positions ``0..N-1`` (``[1, N, D]``),
+    computed once and regrown (at least doubled) when a plan reaches a later position, so a plan gathers its rows
+    instead of calling the rotary module. A RoPE whose tables depend on the longest position asked for (dynamic
+    NTK, longrope; :attr:`Rope.tables_fixed`) is asked afresh each time instead."""
+
+    def __init__(self, side: Side, *, inverse: bool):
+        self.side, self.inverse = side, inverse
+        self.turns: list[Turn | None] = []  # per layer, one object per layer type
+        self.length, self.device = 0, None
+
+    def at(self, positions: torch.Tensor) -> list[Turn | None]:
+        """Per layer, the turn at ``positions`` ``[B, T]`` (tables ``[B, T, D]``, on ``positions``' device)."""
+        if not self.side.rope.tables_fixed:
+            return _turns(self.side, positions, inverse=self.inverse)
+        needed = int(positions.max()) + 1 if positions.numel() else 1
+        if needed > self.length or positions.device != self.device:
+            self.length, self.device = max(needed, 2 * self.length), positions.device
+            self.turns = _turns(self.side, torch.arange(self.length, device=self.device)[None], inverse=self.inverse)
+        return once_each(lambda turn: turn.gather(positions), self.turns)
+
+
+class PlanCache:
+    """What every plan of one pair shares, whatever the text: both sides' :class:`RopeTable` (the sender's inverse
+    RoPE, the receiver's RoPE) and the receiver's own K/V of each distinct native prefix (e.g. ``[BOS]``), one
+    forward per prefix ever. Plans hold views of these tensors: read them, never write into them."""
+
+    def __init__(self, sender: Side, receiver: Side):
+        self.receiver = receiver
+        self.unrotate = RopeTable(sender, inverse=True)
+        self.rotate = RopeTable(receiver, inverse=False)
+        self.prefixes: dict[tuple, list[LayerKV]] = {}  # (device, dtype, ids) -> per layer [1, Hr, P, Dr]
+
+    def native(self, alignment: TokenAlignment) -> list[LayerKV]:
+        """Per receiver layer, keys/values ``[B, Hr, P, Dr]`` of each row's native prefix (broadcast views when every
+        row has the same prefix ids, the usual case)."""
+        per_row = [self._prefix(row) for row in native_prefix_ids(alignment)]  # ids [B, P]: cached per distinct row
+        if all(kv is per_row[0] for kv in per_row):
+            return [(k.expand(len(per_row), -1, -1, -1), v.expand(len(per_row), -1, -1, -1)) for k, v in per_row[0]]
+        return [(torch.cat([kv[r][0] for kv in per_row]), torch.cat([kv[r][1] for kv in per_row]))
+                for r in range(len(per_row[0]))]
+
+    def _prefix(self, ids: torch.Tensor) -> list[LayerKV]:
+        """Per layer ``[1, Hr, P, Dr]``: the receiver's K/V of prefix ``ids`` ``[P]``, computed on first use."""
+        model = self.receiver.model
+        key = (str(model.device), model.dtype, tuple(ids.tolist()))
+        if key not in self.prefixes:
+            if len(self.prefixes) >= MAX_PREFIXES:
+                del self.prefixes[next(iter(self.prefixes))]  # the oldest
+            self.prefixes[key] = prefix_kv(model, ids[None])
+        return self.prefixes[key]

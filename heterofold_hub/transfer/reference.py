@@ -10,6 +10,7 @@ from torch import nn
 
 from heterofold_hub.transfer.alignment import TokenAlignment
 from heterofold_hub.base_models.arch import Rope
+from heterofold_hub.base_models.loading import cache_only
 from heterofold_hub.transfer.kvcache import LayerKV, truncated_sender_layer
 from heterofold_hub.methods.base import PairAdapter
 
@@ -62,16 +63,23 @@ def receiver_targets(receiver_kv: list[LayerKV], positions: torch.Tensor, rope: 
     ]
 
 
-def native_prefix_kv(receiver: nn.Module, alignment: TokenAlignment) -> list[LayerKV]:
-    """The receiver's own KV for each row's first ``native_prefix`` tokens (BOS / attention sink).
-
-    Costs one forward of ``native_prefix`` tokens, independent of the context length.
-    """
+def native_prefix_ids(alignment: TokenAlignment) -> torch.Tensor:
+    """``[B, P]``: each row's first ``native_prefix`` real receiver token ids (BOS / attention sink)."""
     mask = alignment.native_mask
-    ids = alignment.receiver_ids[mask].view(len(mask), alignment.native_prefix).to(receiver.device)
-    with torch.no_grad():
-        out = receiver(input_ids=ids, use_cache=True)
+    return alignment.receiver_ids[mask].view(len(mask), alignment.native_prefix)
+
+
+@torch.no_grad()
+def prefix_kv(receiver: nn.Module, ids: torch.Tensor) -> list[LayerKV]:
+    """The receiver's own keys/values ``[B, Hr, P, Dr]`` per layer for prefix ``ids`` ``[B, P]``: one forward of
+    ``P`` tokens, independent of the context length (the LM head only on the last position: no logits are used)."""
+    out = receiver(input_ids=ids.to(receiver.device), use_cache=True, **cache_only(receiver))
     return [(layer.keys, layer.values) for layer in out.cache.layers]
+
+
+def native_prefix_kv(receiver: nn.Module, alignment: TokenAlignment) -> list[LayerKV]:
+    """The receiver's own KV ``[B, Hr, P, Dr]`` per layer for each row's first ``native_prefix`` tokens."""
+    return prefix_kv(receiver, native_prefix_ids(alignment))
 
 
 def assemble(

@@ -1,0 +1,97 @@
+"""One provenance block for every results file: what produced its numbers, so they can be reproduced and compared.
+
+::
+
+    result["provenance"] = provenance({"heterofold": adapter_record(adapter, resolved)})
+
+gives the date, the exact command line, the git commit of the code that ran (and whether it had local changes),
+library versions, torch's thread count and, per adapter, where it came from (``repo@version``, a folder, a
+composition, or fitted in this run) with the sha256 of its weights.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+import heterofold_hub
+
+CHECKOUT = Path(heterofold_hub.__file__).resolve().parents[1]  # the folder holding heterofold_hub/
+LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors")
+NOT_SOURCE = (":(exclude)benchmarks/results", ":(exclude)runs")  # results written here do not make the code dirty
+
+
+def provenance(adapters: dict[str, dict] | None = None, *, argv: list[str] | None = None) -> dict:
+    """The block: ``date`` (UTC), ``command`` (``argv``, default this process's), ``git``, ``versions``,
+    ``threads`` and ``adapters`` (name -> :func:`adapter_record`)."""
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(sys.argv if argv is None else argv),
+        "git": git_state(),
+        "versions": library_versions(),
+        "threads": torch.get_num_threads(),
+        "adapters": adapters or {},
+    }
+
+
+def git_state(root: Path = CHECKOUT) -> dict:
+    """``{"commit", "dirty"}`` of the checkout the library runs from: ``dirty`` when source files differ from the
+    commit (results folders aside). Both None when the library is not run from a git checkout (an installed
+    wheel), rather than reporting whatever repository happens to enclose it."""
+    def git(*args: str) -> str | None:
+        try:
+            run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return run.stdout.strip() if run.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root:
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--", ".", *NOT_SOURCE)
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of Python, heterofold_hub and the libraries its numbers depend on (None: not installed)."""
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "heterofold_hub": heterofold_hub.__version__,
+            **{name: version(name) for name in LIBRARIES}, "torch": torch.__version__}
+
+
+def adapter_record(adapter, resolved=None) -> dict:
+    """Where ``adapter`` came from and the sha256 of its weights.
+
+    ``resolved``: the :class:`~heterofold_hub.hub.resolve.ResolvedAdapter` it was loaded through, if any (gives
+    ``repo@version``, the folder, or the composed path); without it the adapter was fitted in this run. The hash is
+    the one its config records for the published ``adapter.safetensors``, else that of its weights as they are in
+    memory (``hashed`` says which)."""
+    from heterofold_hub.hub.package import adapter_bytes, sha256_bytes
+
+    config = adapter.config
+    record = {"method": config.method, "sender": config.sender, "receiver": config.receiver}
+    if resolved is None:
+        record["source"] = "fitted in this run"
+    elif resolved.path is not None:
+        record["source"] = f"composed {resolved.path.describe()}"
+    elif resolved.repo_id is not None:
+        record["source"] = f"{resolved.repo_id}@{resolved.version}"
+    else:
+        record["source"] = str(resolved.folder)
+    if config.weights_sha256 is not None:
+        record.update(weights_sha256=config.weights_sha256, hashed="adapter.safetensors as saved")
+    else:
+        record.update(weights_sha256=sha256_bytes(adapter_bytes(adapter)), hashed="weights in memory (never saved)")
+    return record
