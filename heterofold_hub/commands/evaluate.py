@@ -42,7 +42,8 @@ class EvalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters) + dtype_problems(self.dtype)
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
+                                   pivot=self.pivot) + dtype_problems(self.dtype)
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
@@ -51,8 +52,10 @@ class EvalArgs:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
-def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path]) -> list[str]:
-    """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair."""
+def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path], *, registered: bool = True,
+                    pivot: str | None = None) -> list[str]:
+    """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair, and --pivot, which
+    only picks the registered adapter (so it means nothing beside --adapter or --no-registered)."""
     from heterofold_hub.hub.package import CONFIG_NAME
     from heterofold_hub.methods import METHODS
 
@@ -68,6 +71,9 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
                             "pass an --out folder of `hf-fold train`")
     if sender == receiver:
         problems.append(f"--sender and --receiver are both {sender!r}; transfer needs two different models")
+    if pivot is not None and (adapters or not registered):
+        problems.append(f"--pivot {pivot!r} picks the registered adapter or path to score; it does not apply with "
+                        f"{'--adapter' if adapters else '--no-registered'}. Drop one of the two")
     return problems
 
 

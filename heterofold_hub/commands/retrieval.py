@@ -60,7 +60,8 @@ class RetrievalArgs:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         from heterofold_hub.commands.evaluate import shared_problems
 
-        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
+                                   pivot=self.pivot)
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]
         if not self.lengths or bad:
             problems.append(f"--lengths: {', '.join(map(str, bad)) or 'none given'}: give comma-separated receiver "
