@@ -16,7 +16,7 @@ from heterofold_hub.commands.hub_cli import HUB_COMMANDS, PIVOT, console
 from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_PAIR
-from trainers.train import TrainArgs
+from trainers.train import CALIB_WINDOWS, TrainArgs
 
 # Every default lives in its command's arguments dataclass (EvalArgs, TrainArgs, ...); the options below read them.
 
@@ -140,7 +140,8 @@ def train_command(
     context_tokens: int = typer.Option(TrainArgs.context_tokens, help="Receiver tokens of context per window."),
     continuation_tokens: int = typer.Option(TrainArgs.continuation_tokens, help="Receiver tokens scored after the context."),
     windows: int = typer.Option(TrainArgs.windows, help="Training windows cut from --data."),
-    calib_windows: int = typer.Option(TrainArgs.calib_windows, help="Of those, the windows whose statistics fit the starting map."),
+    calib_windows: Optional[int] = typer.Option(None, help="Of those, the windows whose statistics fit the starting map "
+                                                f"(default {CALIB_WINDOWS}, or --windows when fewer; at most --windows)."),
     eval_windows: int = typer.Option(TrainArgs.eval_windows, help="Held-out windows for the final table."),
     lr: Optional[float] = typer.Option(None, help="Peak learning rate (default: the method's own; heterofold 3e-4, "
                                        "dense-latent 2e-3)."),

@@ -13,6 +13,7 @@ from heterofold_hub.errors import HeteroFoldError, TrainingError
 TRAINABLE = ("heterofold", "kv-ridge", "dense-latent")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 STRATEGIES = ("auto", "ddp", "fsdp", "ddp_spawn")
+CALIB_WINDOWS = 64  # --calib-windows when not given (fewer when --windows is smaller)
 MAX_LR = 1e37  # AdamW's first step is lr / (1 - beta1) = 10 lr, which must stay below float32's 3.4e38
 
 
@@ -43,11 +44,15 @@ class TrainArgs:
     sender_layers: str = "all"
     sources_per_layer: int = 2
     init: str = "auto"
-    calib_windows: int = 64
+    calib_windows: int | None = None  # None: the first min(CALIB_WINDOWS, windows); recorded as the number used
     max_minutes: float | None = None
     copy_weight: float = 0.0
     via: str | None = None  # --init composed: the pivot model whose registered legs are composed
     init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
+
+    def __post_init__(self):
+        if self.calib_windows is None:
+            self.calib_windows = min(CALIB_WINDOWS, self.windows)
 
     def validate(self) -> None:
         """All argument problems at once, phrased in flags, before any model is loaded."""
@@ -66,6 +71,24 @@ class TrainArgs:
                                  ("--accumulate", self.accumulate, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
+        # Flags read against each other: the closed-form statistics come from the first --calib-windows of the
+        # --windows training windows (more would silently be all of them, yet recorded as asked), and a step
+        # takes --batch-size of them.
+        if self.calib_windows > self.windows:
+            problems.append(f"--calib-windows {self.calib_windows} is more than --windows {self.windows}: the statistics "
+                            f"are fitted on the first --calib-windows training windows; give at most {self.windows} "
+                            "or raise --windows")
+        if self.batch_size > self.windows:
+            problems.append(f"--batch-size {self.batch_size} is more than --windows {self.windows}; give at most "
+                            f"{self.windows} or raise --windows")
+        heterofold_only = [flag for flag, value, default in (
+            ("--lora-rank", self.lora_rank, 0), ("--max-minutes", self.max_minutes, None),
+            ("--accumulate", self.accumulate, 1), ("--precision", self.precision, "32-true"),
+            ("--devices", self.devices, "1"), ("--strategy", self.strategy, "auto"), ("--resume", self.resume, False),
+        ) if value != default]
+        if self.method != "heterofold" and heterofold_only:  # method_options hands them to heterofold alone
+            problems.append(f"{', '.join(heterofold_only)}: only for --method heterofold (Lightning calibration); "
+                            f"--method is {self.method!r}. Drop them or train heterofold")
         if self.lr is not None and not self.lr > 0:
             problems.append(f"--lr: {self.lr} must be positive")
         elif self.lr is not None and not self.lr < MAX_LR:  # beyond it AdamW's step size overflows float32

@@ -9,9 +9,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from heterofold_hub.base_models.arch import KVSpec, Rope, kv_spec
+from heterofold_hub.base_models.availability import KNOWN_IDS, must_use_cache, not_found_message
 from heterofold_hub.errors import AlignmentError, HeteroFoldError
-from heterofold_hub.base_models.gguf import PACKAGED, is_gguf, local_gguf, revision_of
-from heterofold_hub.zoo import DEMO_MODELS, resolve_demo
+from heterofold_hub.base_models.gguf import is_gguf, local_gguf, revision_of
+from heterofold_hub.zoo import resolve_demo
 
 
 def resolve(name_or_path: str) -> str:
@@ -31,9 +32,6 @@ def resolve(name_or_path: str) -> str:
     return name
 
 
-KNOWN_IDS = (*DEMO_MODELS, *PACKAGED)  # ids that load with no network: demo models and packaged GGUF models
-
-
 def source_revision(name_or_path: str) -> str | None:
     """The revision a converted GGUF source records (``sha256:<file hash>``), else None (Hub ids, folders)."""
     name = str(name_or_path)
@@ -41,12 +39,13 @@ def source_revision(name_or_path: str) -> str | None:
 
 
 def _not_found(name: str, err: Exception) -> HeteroFoldError:
-    return HeteroFoldError(
-        f"Model {name!r} could not be loaded: it is not a local folder, not a shipped model "
-        f"({', '.join(KNOWN_IDS)}), and the Hub could not provide it ({type(err).__name__}: "
-        f"{str(err).splitlines()[0] if str(err) else ''}). Check the spelling, pass a local folder, or "
-        "download it first (`hf download ORG/NAME`) and run with HF_HUB_OFFLINE=1."
-    )
+    return HeteroFoldError(not_found_message(name, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"))
+
+
+def _local_only(name_or_path: str, local_files_only: bool) -> bool:
+    """``local_files_only``, or forced on for a Hub id while the Hub is offline or unreachable: the cache then
+    answers at once, where huggingface_hub would retry an unreachable Hub for 20 s before failing."""
+    return local_files_only or must_use_cache(name_or_path)
 
 
 # Loading never runs code from a model repo, and never unpickles weights: passed explicitly, so transformers
@@ -57,8 +56,8 @@ SAFE_LOADING = dict(trust_remote_code=False)
 def load_config(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False):
     path = resolve(name_or_path)  # outside the try: its own errors already say what is wrong
     try:
-        return AutoConfig.from_pretrained(path, revision=revision, local_files_only=local_files_only,
-                                          **SAFE_LOADING)
+        return AutoConfig.from_pretrained(path, revision=revision,
+                                          local_files_only=_local_only(name_or_path, local_files_only), **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err
 
@@ -77,7 +76,7 @@ def load_model(
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, revision=revision, dtype=torch_dtype or torch.float32,
-            local_files_only=local_files_only, use_safetensors=True, **SAFE_LOADING,
+            local_files_only=_local_only(name_or_path, local_files_only), use_safetensors=True, **SAFE_LOADING,
         )
     except (OSError, ValueError) as err:
         if "safetensors" in str(err).lower():
@@ -94,8 +93,8 @@ def load_model(
 def load_tokenizer(name_or_path: str, *, revision: str | None = None, local_files_only: bool = False) -> PreTrainedTokenizerBase:
     path = resolve(name_or_path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, revision=revision, local_files_only=local_files_only,
-                                            **SAFE_LOADING)
+        tok = AutoTokenizer.from_pretrained(path, revision=revision,
+                                            local_files_only=_local_only(name_or_path, local_files_only), **SAFE_LOADING)
     except (OSError, ValueError) as err:
         raise _not_found(name_or_path, err) from err
     if not tok.is_fast:

@@ -28,7 +28,7 @@ class BenchArgs:
     receiver: str | None = None
     contexts: list[int] = field(default_factory=lambda: parse_contexts(DEFAULT_CONTEXTS))
     repeats: int = 5
-    data: str = "bundled:heldout"
+    data: str = "bundled:unseen"  # the held-out split eval scores on: one default evaluation text
     json_path: Path | None = None
     plot_path: Path | None = None
     device: str = "auto"  # auto: cuda when there is one

@@ -50,12 +50,13 @@ class EvalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters) + dtype_problems(self.dtype)
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
+                                   pivot=self.pivot) + dtype_problems(self.dtype)
         try:
             settings = self.recompute_settings()
-            if settings.select in ("query", "oracle") and settings.active:
+            if settings.select in ("query", "attention", "oracle") and settings.active:
                 problems.append(f"--select: {settings.select!r} needs a prompt or answer spans, which fidelity windows do "
-                                "not have; choose content, deviation, tail or chunk-start")
+                                "not have; choose content, digits, deviation, tail or chunk-start")
         except HeteroFoldError as bad:
             problems.append(f"--recompute/--select/--repair-layers: {bad}")
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
@@ -66,8 +67,10 @@ class EvalArgs:
             raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
-def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path]) -> list[str]:
-    """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair."""
+def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path], *, registered: bool = True,
+                    pivot: str | None = None) -> list[str]:
+    """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair, and --pivot, which
+    only picks the registered adapter (so it means nothing beside --adapter or --no-registered)."""
     from heterofold_hub.hub.package import CONFIG_NAME
     from heterofold_hub.methods import METHODS
 
@@ -83,6 +86,9 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
                             "pass an --out folder of `hf-fold train`")
     if sender == receiver:
         problems.append(f"--sender and --receiver are both {sender!r}; transfer needs two different models")
+    if pivot is not None and (adapters or not registered):
+        problems.append(f"--pivot {pivot!r} picks the registered adapter or path to score; it does not apply with "
+                        f"{'--adapter' if adapters else '--no-registered'}. Drop one of the two")
     return problems
 
 

@@ -21,11 +21,12 @@ def split_ref(ref: str) -> tuple[str, str | None]:
 
 
 def find_entry(registry: Registry, repo_id: str) -> AdapterEntry:
+    from heterofold_hub.hub.base import unknown_repo_hint
+
     entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
     if entry is None:
-        known = ", ".join(e.repo_id for e in registry.entries()) or "none"
-        raise HeteroFoldError(f"{repo_id!r} is not in the registry {registry.path}; registered repos: {known}. "
-                              "Try `hf-fold list` or `hf-fold search TEXT`.")
+        hint = unknown_repo_hint(repo_id, [e.repo_id for e in registry.entries()])
+        raise HeteroFoldError(f"{repo_id!r} is not in the registry {registry.path}; {hint}.")
     return entry
 
 

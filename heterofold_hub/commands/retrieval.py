@@ -72,7 +72,8 @@ class RetrievalArgs:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         from heterofold_hub.commands.evaluate import shared_problems
 
-        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters)
+        problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
+                                   pivot=self.pivot)
         if self.question_by not in ("receiver", "sender"):
             problems.append(f"--question-by: {self.question_by!r}; choose receiver (the hand-off: the receiver reads "
                             "its own question) or sender (the question is transferred with the context)")

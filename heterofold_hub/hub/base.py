@@ -114,6 +114,19 @@ def version_not_found(repo_id: str, version: str, versions: list[str], where: st
     return HubError(f"Version {version} of {repo_id} not found in {where}; published versions: {known}.")
 
 
+def unknown_repo_hint(repo_id: str, known: list[str]) -> str:
+    """What to say about ``repo_id`` missing from ``known`` repo ids: the closest few (difflib, ignoring case), not
+    the whole list, which grows with the registry."""
+    import difflib
+
+    lowered = {k.lower(): k for k in known}
+    close = [lowered[m] for m in difflib.get_close_matches(repo_id.lower(), list(lowered), n=3, cutoff=0.6)]
+    if close:
+        return f"the closest registered: {', '.join(close)} (`hf-fold list` shows all {len(known)})"
+    return (f"no registered repo is close to it (`hf-fold list` shows all {len(known)}, `hf-fold search TEXT` "
+            "finds them by text)")
+
+
 def adapter_files(folder: str | os.PathLike) -> list[Path]:
     """The files to publish: every regular file of a flat folder (dotfiles such as .gitattributes are skipped)."""
     folder = Path(folder)

@@ -167,10 +167,13 @@ def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
 
 def _pinned_repo(registry: Registry, repo_id: str, version, sender: Side, receiver: Side,
                  min_recovered) -> tuple[AdapterEntry, VersionEntry]:
+    from heterofold_hub.hub.base import unknown_repo_hint
+
     entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
     if entry is None:
+        hint = unknown_repo_hint(repo_id, [e.repo_id for e in registry.entries()])
         raise HeteroFoldError(f"Adapter {repo_id!r} is neither a package folder nor in the registry "
-                              f"{registry.path}; registered repos: {', '.join(e.repo_id for e in registry.entries()) or 'none'}.")
+                              f"{registry.path}; {hint}.")
     solo = Registry([entry], registry.path)
     return solo.find(pair_end(sender), pair_end(receiver), version=version, min_recovered=min_recovered)
 
