@@ -98,7 +98,7 @@ def metrics_for(adapter, recovered: float) -> dict:
     row = {"recovered": recovered, "recovered_se": 0.0, "kl": 0.1, "kl_se": 0.0, "top1": 0.5, "top1_se": 0.0,
            "nll": 1.0, "nll_se": 0.0}
     return {"sender": adapter.config.sender, "receiver": adapter.config.receiver, "context_tokens": 32,
-            "continuation_tokens": 8, "windows": 4, "benefit": 0.5, "benefit_se": 0.1,
+            "continuation_tokens": 8, "windows": 4, "benefit": 0.5, "benefit_se": 0.1, "data": "bundled:unseen",
             "methods": {adapter.config.method: row}}
 
 
@@ -232,6 +232,10 @@ def test_compose_cli_writes_a_package_that_pushes_with_both_parents_on_its_card(
     push = hf_fold("push", str(out), "--repo", "tester/a2b-composed", "--version", "1.0.0", "--hub-dir", str(hub_dir),
                    "--registry", str(registry))
     assert push.returncode == 0, push.stdout + push.stderr
+    published = next(e for e in Registry.load(registry).entries() if e.repo_id == "tester/a2b-composed").versions[-1]
+    assert (published.metrics["data"], published.metrics["windows"]) == ("bundled:unseen-prose", 2)  # what it was scored on
+    shown = hf_fold("show", "tester/a2b-composed", "--registry", str(registry))
+    assert "bundled:unseen-prose, 2 x 32 tokens" in shown.stdout, shown.stdout
     card = (LocalHub(hub_dir).download("tester/a2b-composed", version="v1.0.0") / "README.md").read_text()
     assert "tester/first" in card and "tester/second" in card and "Composed from" in card
     # a registered composed adapter resolves like any other, its parents checked against the registry

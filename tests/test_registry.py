@@ -342,8 +342,49 @@ def test_pinned_version(registry):
 def test_min_recovered_skips_low_versions(registry):
     entry, version = registry.find(LLAMA, QWEN, min_recovered=0.8)
     assert (entry.repo_id, version.version) == (L2Q, "v1.9.0")
-    with pytest.raises(NoAdapterError, match="v1.9.0 skipped: recovered 0.89 < min_recovered 0.95"):
+    with pytest.raises(NoAdapterError, match="v1.9.0 skipped: recovered 0.89 on bundled:unseen < min_recovered 0.95"):
         registry.find(LLAMA, QWEN, min_recovered=0.95)
+
+
+def _evaluate(registry, version: str, recovered: float, data: str, *, repo_id: str = L2Q):
+    registry.add_evaluation(repo_id=repo_id, version=version, evaluation={
+        "task": "fidelity", "data": data, "windows": 16, "context_tokens": 512, "date": "2026-12-02T08:00:00+00:00",
+        "commit": "cd" * 20, "command": "python benchmarks/evaluate_registry.py", "results": {"recovered": recovered}})
+
+
+def test_min_recovered_compares_only_figures_on_the_same_split(registry):
+    # the kv-ridge baseline's published 0.7 records no split: it never passes a gate on bundled:unseen, and says why
+    with pytest.raises(NoAdapterError) as err:
+        registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.5)
+    assert ("v2.0.0 skipped: no recovered measured on bundled:unseen (its published 0.7 was measured on an "
+            "unrecorded split") in str(err.value)
+    _evaluate(registry, "v2.0.0", 0.55, "bundled:heldout", repo_id=RIDGE)  # other text: still not comparable
+    with pytest.raises(NoAdapterError, match="no recovered measured on bundled:unseen"):
+        registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.5)
+    _evaluate(registry, "v2.0.0", 0.55, "bundled:unseen", repo_id=RIDGE)
+    assert registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.5)[1].version == "v2.0.0"
+    assert registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.5, split="bundled:heldout")[1].version == "v2.0.0"
+    with pytest.raises(NoAdapterError, match="recovered 0.55 on bundled:heldout < min_recovered 0.6"):
+        registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.6, split="bundled:heldout")
+
+
+def test_a_later_evaluation_on_the_split_replaces_the_published_figure(registry):
+    # v1.9.0 published 0.89 on bundled:unseen; re-measured there at 0.7 it no longer passes 0.8, v1.0.0 (0.85) does
+    _evaluate(registry, "v1.9.0", 0.7, "bundled:unseen")
+    assert registry.find(LLAMA, QWEN, min_recovered=0.8)[1].version == "v1.0.0"
+    measured = registry.find(LLAMA, QWEN, version="v1.9.0")[1].fidelity("bundled:unseen")
+    assert (measured.recovered, measured.windows, measured.source) == (0.7, 16, "evaluation of 2026-12-02")
+    assert registry.find(LLAMA, QWEN, version="v1.0.0")[1].fidelity("bundled:unseen").source == "published"
+    assert registry.find(LLAMA, QWEN, version="v1.0.0")[1].fidelity("bundled:heldout") is None
+
+
+def test_evaluation_sizes_round_trip(registry, tmp_path):
+    _evaluate(registry, "v1.9.0", 0.7, "bundled:unseen")
+    saved = registry.save(tmp_path / "evaluated.json")
+    again = Registry.load(saved)
+    evaluation = again.find(LLAMA, QWEN, version="v1.9.0")[1].evaluations[-1]
+    assert (evaluation.windows, evaluation.context_tokens) == (16, 512)
+    assert again.save(tmp_path / "again.json").read_bytes() == saved.read_bytes()
 
 
 def test_miss_lists_existing_pairs_and_the_train_command(registry):

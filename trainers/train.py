@@ -244,7 +244,8 @@ def run_train(args: TrainArgs, console: Console) -> dict:
                             f"--lr (it is {lr:g}){hint} and train again. No adapter was saved.")
     held_out = make_windows(heldout_texts, receiver, max_windows=args.eval_windows, **cut)
     with training_faults(lr=lr, precision=args.precision, settings=settings, where="while evaluating on --heldout"):
-        result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size)
+        result = evaluate(sender, receiver, {args.method: adapter}, held_out, batch_size=args.batch_size,
+                          data=args.heldout)
     console.print(results_table(result))
     adapter.config = replace(
         adapter.config,

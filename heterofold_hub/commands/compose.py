@@ -159,7 +159,8 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
             raise HeteroFoldError(problem)
         held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
                                 context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-        result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size)
+        result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size,
+                          data=args.heldout)
         # check_pair made sure these are the models the parents name; the package speaks of them by those ids
         result.update(sender=composed.config.sender, receiver=composed.config.receiver)
         console.print(results_table(result))

@@ -200,7 +200,7 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
                             continuation_tokens=args.continuation_tokens)
     settings = args.recompute_settings()
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size,
-                      recompute=settings if settings.active else None)
+                      recompute=settings if settings.active else None, data=args.data)
     result["calibration_windows"] = n_calib
     result["dtype"] = args.dtype
     result["adapters"] = sources  # where each adapter row came from

@@ -77,20 +77,32 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
     return folder
 
 
+def listed_row(e: AdapterEntry) -> tuple[str, ...]:
+    """repo, method, sender, receiver, latest, recovered, KL, hub, measured on: the latest version's figures on the
+    registry's reference split where it was measured there, else its published figures, and says which."""
+    from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
+
+    latest = e.versions[-1]
+    measured = latest.fidelity(REFERENCE_SPLIT)
+    figures = measured.figures if measured is not None else latest.metrics
+    where = measured.describe() if measured is not None else f"published, on {latest.measured_on()}"
+    return (e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version, f"{figures['recovered']:.3f}",
+            f"{figures.get('kl', float('nan')):.4f}", e.hub, where)
+
+
 def entries_table(entries: list[AdapterEntry], title: str) -> Table:
     table = Table(title=title)
-    for column in ("repo", "method", "sender", "receiver", "latest", "recovered", "KL", "hub"):
+    for column in ("repo", "method", "sender", "receiver", "latest", "recovered", "KL", "hub", "measured on"):
         table.add_column(column, justify="right" if column in ("recovered", "KL") else "left", overflow="fold")
     for e in entries:
-        latest = e.versions[-1]
-        table.add_row(e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version,
-                      f"{latest.metrics['recovered']:.3f}", f"{latest.metrics.get('kl', float('nan')):.4f}", e.hub)
+        table.add_row(*listed_row(e))
     return table
 
 
 def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, as_json: bool) -> None:
     """Entries as JSON (``--json``: the registry's own records), as a table on a terminal, or, piped, as one
-    tab-separated line each (repo, method, sender, receiver, latest, recovered, KL, hub) that never wraps an id."""
+    tab-separated line each (repo, method, sender, receiver, latest, recovered, KL, hub, measured on) that never
+    wraps an id."""
     import json
 
     if as_json:
@@ -99,9 +111,7 @@ def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, 
         console.print(entries_table(entries, title))
     else:
         for e in entries:
-            latest = e.versions[-1]
-            print("\t".join((e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version,
-                             f"{latest.metrics['recovered']:.3f}", f"{latest.metrics.get('kl', float('nan')):.4f}", e.hub)))
+            print("\t".join(listed_row(e)))
 
 
 def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
@@ -145,13 +155,15 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
         console.print(f"{role}: {end.id} (revision {end.revision or 'not recorded'}, tokenizer {end.tokenizer[:23]}..., "
                       f"{end.spec['model_type']}, {end.spec['num_layers']} layers x {end.spec['kv_heads']} kv heads x "
                       f"{end.spec['head_dim']})")
-    table = Table(title="versions")
-    for column in ("version", "commit", "recovered", "KL", "top-1", "NLL", "files"):
+    table = Table(title="versions, as published")
+    for column in ("version", "commit", "recovered", "KL", "top-1", "NLL", "measured on", "files"):
         table.add_column(column)
     for v in versions:
         m = v.metrics
+        where = v.measured_on() + (f", {m['windows']} x {m['context_tokens']} tokens" if "windows" in m else "")
         table.add_row(v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
-                      f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", ", ".join(sorted(v.files)))
+                      f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", where,
+                      ", ".join(sorted(v.files)))
     console.print(table)
     evaluations = [(v.version, e) for v in versions for e in v.evaluations]
     if evaluations:  # measured after publishing; the version's files and metrics above are as published
@@ -163,7 +175,8 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
             recommended = "none" if e.recommended is None else (
                 f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
                 + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
-            added.add_row(version, e.task, e.data, e.date, results, recommended)
+            data = e.data + (f", {e.windows} x {e.context_tokens} tokens" if e.windows and e.context_tokens else "")
+            added.add_row(version, e.task, data, e.date, results, recommended)
         console.print(added)
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
         from rich.markdown import Markdown
@@ -187,9 +200,12 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
     affine = affine_methods()
     paths = [] if pivot is None else registry.paths(PairEnd(sender), PairEnd(receiver),
                                                     pivot=None if pivot == "auto" else pivot, methods=affine)
+    from heterofold_hub.hub.registry import recovered_on
+    from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
+
     legs = lambda e, v: {"repo_id": e.repo_id, "version": v.version, "method": e.method,
-                         "recovered": v.metrics["recovered"]}
-    found = {"sender": sender, "receiver": receiver, "direct": [e.repo_id for e in direct],
+                         "recovered": recovered_on(v, REFERENCE_SPLIT)}
+    found = {"sender": sender, "receiver": receiver, "direct": [e.repo_id for e in direct], "data": REFERENCE_SPLIT,
              "paths": [{"pivot": p.pivot, "first": legs(p.first, p.first_version),
                         "second": legs(p.second, p.second_version), "estimate": p.estimate} for p in paths]}
     if as_json:
@@ -202,12 +218,13 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
     if pivot is not None:
         table = Table(title=f"paths through {'any pivot' if pivot == 'auto' else pivot} (best first)",
                       caption="least-squares (kv-ridge) first legs first, then by estimate: the product of the two legs' "
-                              "recorded recovered, a ranking prior, not a measurement")
+                              f"recovered on {REFERENCE_SPLIT}, a ranking prior, not a measurement")
         for column in ("pivot", "sender -> pivot", "pivot -> receiver", "estimate"):
             table.add_column(column)
+        figure = lambda x: "not measured" if x is None else f"{x:.3f}"
         for p in found["paths"]:
-            table.add_row(p["pivot"], *(f"{leg['repo_id']} {leg['version']} ({leg['recovered']:.3f})"
-                                        for leg in (p["first"], p["second"])), f"{p['estimate']:.3f}")
+            table.add_row(p["pivot"], *(f"{leg['repo_id']} {leg['version']} ({figure(leg['recovered'])})"
+                                        for leg in (p["first"], p["second"])), figure(p["estimate"]))
         console.print(table)
     taken = ("the direct adapter" if direct else f"the path via {paths[0].pivot}" if paths else None)
     if taken:

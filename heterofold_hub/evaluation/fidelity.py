@@ -64,9 +64,11 @@ def evaluate(
     batch_size: int = 8,
     progress: bool = True,
     recompute=None,
+    data: str | None = None,
 ) -> dict:
     """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``; ``recompute``
-    (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`) applied after every adapter's map."""
+    (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`) applied after every adapter's map. ``data``
+    names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text."""
     per_window: dict[str, dict[str, list]] = {}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("evaluating", total=len(windows))
@@ -87,6 +89,7 @@ def evaluate(
     return {
         "sender": sender.name,
         "receiver": receiver.name,
+        "data": data,
         "context_tokens": len(windows[0].receiver_context),
         "continuation_tokens": len(windows[0].continuation),
         "windows": len(windows),

@@ -66,11 +66,14 @@ def _registry_metrics(metrics: dict, method: str) -> dict:
     if row is None:
         raise HeteroFoldError(f"{METRICS_NAME} has no row for the adapter's method {method!r}; re-run `hf-fold train`.")
     try:
-        return {"recovered": row["recovered"], "kl": row["kl"], "top1": row["top1"], "nll": row["nll"],
-                "benefit": metrics["benefit"], "context_tokens": metrics["context_tokens"]}
+        measured = {"recovered": row["recovered"], "kl": row["kl"], "top1": row["top1"], "nll": row["nll"],
+                    "benefit": metrics["benefit"], "context_tokens": metrics["context_tokens"]}
     except KeyError as err:
         raise HeteroFoldError(f"{METRICS_NAME} lacks {err} (for method {method!r}); use the metrics.json that "
                               "`hf-fold train` wrote for this package.") from None
+    # what the figures were measured on (packages trained before metrics.json recorded it have no "data")
+    where = {"data": metrics.get("data"), "windows": metrics.get("windows")}
+    return {**measured, **{k: v for k, v in where.items() if v is not None}}
 
 
 def push_package(

@@ -17,7 +17,7 @@ from pathlib import Path
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.base import next_patch, validate_version, version_key
 from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: also imported from here by callers
-    SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
+    REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
 )
 from heterofold_hub.io import write_json_atomic
 
@@ -36,21 +36,28 @@ class NoAdapterError(HeteroFoldError):
 @dataclass(frozen=True)
 class PivotPath:
     """sender -> pivot -> receiver through two registered adapters (their newest versions). ``estimate`` is the
-    product of the two recorded ``recovered``: a prior that ranks paths, not a measurement of the composition.
-    Paths whose first leg is least-squares (:data:`PIVOT_FAITHFUL_METHODS`) rank before all others."""
+    product of the two legs' ``recovered`` on ``split`` (None when a leg was not measured there): a prior that
+    ranks paths, not a measurement of the composition. Paths whose first leg is least-squares
+    (:data:`PIVOT_FAITHFUL_METHODS`) rank before all others."""
 
     first: AdapterEntry
     first_version: VersionEntry
     second: AdapterEntry
     second_version: VersionEntry
+    split: str = REFERENCE_SPLIT
 
     @property
     def pivot(self) -> str:
         return self.first.receiver.id
 
     @property
-    def estimate(self) -> float:
-        return self.first_version.metrics["recovered"] * self.second_version.metrics["recovered"]
+    def legs(self) -> list[float | None]:
+        return [recovered_on(self.first_version, self.split), recovered_on(self.second_version, self.split)]
+
+    @property
+    def estimate(self) -> float | None:
+        first, second = self.legs
+        return None if first is None or second is None else first * second
 
     @property
     def faithful_first(self) -> bool:
@@ -59,14 +66,28 @@ class PivotPath:
 
     def rank(self) -> tuple:
         """Sort key: least-squares first legs first, then the higher estimate."""
-        return (not self.faithful_first, -self.estimate, self.first.repo_id, self.second.repo_id)
+        return (not self.faithful_first, -(self.estimate if self.estimate is not None else -1.0), self.first.repo_id,
+                self.second.repo_id)
 
     def describe(self) -> str:
         legs = [(e, v) for e, v in ((self.first, self.first_version), (self.second, self.second_version))]
         first_fit = "" if self.faithful_first else (
             f" (its first leg is {self.first.method}, not a least-squares fit of the pivot's K/V: expect less)")
-        return (f"via {self.pivot}: " + " then ".join(f"{e.repo_id} {v.version} (recovered {v.metrics['recovered']:.3f})"
-                                                     for e, v in legs) + f", estimate {self.estimate:.3f}" + first_fit)
+        estimate = "no estimate" if self.estimate is None else f"estimate {self.estimate:.3f}"
+        return (f"via {self.pivot}: " + " then ".join(f"{e.repo_id} {v.version} ({_recovered_words(v, self.split)})"
+                                                     for e, v in legs) + f", {estimate} on {self.split}" + first_fit)
+
+
+def recovered_on(version: VersionEntry, split: str) -> float | None:
+    """``version``'s recovered measured on ``split``, or None: figures measured on other text do not compare."""
+    measured = version.fidelity(split)
+    return None if measured is None else measured.recovered
+
+
+def _recovered_words(version: VersionEntry, split: str) -> str:
+    value = recovered_on(version, split)
+    return f"recovered {value:.3f}" if value is not None else f"recovered not measured on {split}"
+
 
 
 def _fp(fingerprint: str | None) -> str:
@@ -177,13 +198,14 @@ class Registry:
         return published
 
     def find(self, sender: PairEnd, receiver: PairEnd, *, version: str | None = None, method: str | None = None,
-             min_recovered: float | None = None) -> tuple[AdapterEntry, VersionEntry]:
+             min_recovered: float | None = None, split: str = REFERENCE_SPLIT) -> tuple[AdapterEntry, VersionEntry]:
         """The adapter version for exactly this pair.
 
         Rule: among entries fitting both sides (same id, or for an id the registry does not know, same tokenizer
-        fingerprint and KV spec), and ``method`` if given, keep versions with ``recovered >= min_recovered``
-        (``version`` pins one); prefer method "heterofold" when ``method`` is None and it has a candidate, then
-        the highest version (version_key), then the higher ``recovered``, then the first repo_id.
+        fingerprint and KV spec), and ``method`` if given, keep versions whose ``recovered`` measured on ``split``
+        is at least ``min_recovered`` (a version never measured on ``split`` does not pass: figures on other text
+        do not compare); ``version`` pins one. Prefer method "heterofold" when ``method`` is None and it has a
+        candidate, then the highest version (version_key), then the higher ``recovered`` on ``split``.
         """
         if version is not None:
             validate_version(version)
@@ -194,22 +216,21 @@ class Registry:
             raise NoAdapterError(f"Version {version} is not registered for {sender.id} -> "
                                  f"{receiver.id}; registered versions: {known}.")
         if min_recovered is not None:
-            notes += [f"{e.repo_id} {v.version} skipped: recovered {v.metrics['recovered']:.3g} < min_recovered "
-                      f"{min_recovered:g}" for e, v in candidates if v.metrics["recovered"] < min_recovered]
-            candidates = [(e, v) for e, v in candidates if v.metrics["recovered"] >= min_recovered]
+            notes += [_below(e, v, split, min_recovered) for e, v in candidates if not _meets(v, split, min_recovered)]
+            candidates = [(e, v) for e, v in candidates if _meets(v, split, min_recovered)]
         if not candidates:
             raise NoAdapterError(self.miss_message(sender, receiver, notes))
         preferred = [(e, v) for e, v in candidates if e.method == PREFERRED_METHOD]
         pool = preferred if method is None and preferred else candidates
-        return max(pool, key=lambda ev: (version_key(ev[1].version), ev[1].metrics["recovered"]))
+        return max(pool, key=lambda ev: _version_rank(ev[1], split))
 
     def paths(self, sender: PairEnd, receiver: PairEnd, *, pivot: str | None = None,
-              methods: set[str] | None = None) -> list[PivotPath]:
+              methods: set[str] | None = None, split: str = REFERENCE_SPLIT) -> list[PivotPath]:
         """Every sender -> P -> receiver path through two registered adapters (of ``methods``, when given) that
         meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Least-squares first legs
         first, then best estimate."""
         firsts, seconds = self._legs(sender, receiver, methods)
-        found = [PivotPath(e1, _newest(e1), e2, _newest(e2)) for e1 in firsts for e2 in seconds
+        found = [PivotPath(e1, _newest(e1, split), e2, _newest(e2, split), split) for e1 in firsts for e2 in seconds
                  if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot) and e1.versions and e2.versions]
         return sorted(found, key=PivotPath.rank)
 
@@ -268,9 +289,29 @@ class Registry:
         return (["Paths through a pivot model:"] + lines[:MAX_PATH_LINES]) if lines else []
 
 
-def _newest(entry: AdapterEntry) -> VersionEntry | None:
-    """The version ``find`` would pick from this entry alone: the highest, then the higher recovered."""
-    return max(entry.versions, key=lambda v: (version_key(v.version), v.metrics["recovered"]), default=None)
+def _newest(entry: AdapterEntry, split: str = REFERENCE_SPLIT) -> VersionEntry | None:
+    """The version ``find`` would pick from this entry alone: the highest, then the higher recovered on ``split``."""
+    return max(entry.versions, key=lambda v: _version_rank(v, split), default=None)
+
+
+def _version_rank(version: VersionEntry, split: str) -> tuple:
+    recovered = recovered_on(version, split)
+    return version_key(version.version), -1.0 if recovered is None else recovered
+
+
+def _meets(version: VersionEntry, split: str, min_recovered: float) -> bool:
+    recovered = recovered_on(version, split)
+    return recovered is not None and recovered >= min_recovered
+
+
+def _below(entry: AdapterEntry, version: VersionEntry, split: str, min_recovered: float) -> str:
+    recovered = recovered_on(version, split)
+    if recovered is not None:
+        return (f"{entry.repo_id} {version.version} skipped: recovered {recovered:.3g} on {split} < min_recovered "
+                f"{min_recovered:g}")
+    return (f"{entry.repo_id} {version.version} skipped: no recovered measured on {split} (its published "
+            f"{version.metrics['recovered']:.3g} was measured on {version.measured_on()}, and figures on other text "
+            f"do not compare); evaluate it there: python benchmarks/evaluate_registry.py")
 
 
 REGISTRY_ENV = "HF_FOLD_REGISTRY"

@@ -24,7 +24,11 @@ SPEC_FIELDS = {"model_type": str, "num_layers": int, "kv_heads": int, "head_dim"
                "max_positions": int}  # KVSpec.to_dict(), in field order
 OPTIONAL_SPEC_FIELDS = {"layer_types": list, "sliding_window": int}  # models that mix sliding and full layers
 METRIC_FIELDS = {"recovered": float, "kl": float, "top1": float, "nll": float, "benefit": float,
-                 "context_tokens": int}  # only "recovered" is required: min_recovered filters on it
+                 "context_tokens": int, "data": str, "windows": int}  # only "recovered" is required
+# Figures compare only when measured on the same text: the resolver's min_recovered and ranking read each version's
+# recovered on this split (third-party code and prose that no shipped adapter was fitted on) unless told another.
+REFERENCE_SPLIT = "bundled:unseen"
+FIDELITY_FIGURES = ("recovered", "kl", "top1", "nll", "benefit")
 MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 _FINGERPRINT_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -62,9 +66,10 @@ class PairEnd:
 @dataclass
 class Evaluation:
     """A measurement of a published version made after it was published (its files and metrics stay as they were):
-    what was measured (``task``), on which text (``data``), when and by which code (``date``, ``commit``,
-    ``command``), the figures (``results``: names to finite numbers) and, for a recompute trade-off, the
-    ``recommended`` transfer settings (``recompute``, ``select``, ``repair_layers``) users get by default."""
+    what was measured (``task``), on which text (``data``, and how much of it: ``windows`` of ``context_tokens``),
+    when and by which code (``date``, ``commit``, ``command``), the figures (``results``: names to finite numbers)
+    and, for a recompute trade-off, the ``recommended`` transfer settings (``recompute``, ``select``,
+    ``repair_layers``) users get by default."""
 
     task: str
     data: str
@@ -73,10 +78,13 @@ class Evaluation:
     command: str
     results: dict[str, float]
     recommended: dict | None = None
+    windows: int | None = None
+    context_tokens: int | None = None
 
     def to_dict(self) -> dict:
-        out = {"task": self.task, "data": self.data, "date": self.date, "commit": self.commit, "command": self.command,
-               "results": dict(self.results)}
+        out = {"task": self.task, "data": self.data}
+        out.update({k: v for k, v in (("windows", self.windows), ("context_tokens", self.context_tokens)) if v is not None})
+        out.update({"date": self.date, "commit": self.commit, "command": self.command, "results": dict(self.results)})
         if self.recommended is not None:
             out["recommended"] = _ordered(self.recommended, RECOMMENDED_FIELDS)
         return out
@@ -104,6 +112,42 @@ class VersionEntry:
     def recommended(self) -> dict | None:
         """The newest evaluation's recommended transfer settings, if any."""
         return next((e.recommended for e in reversed(self.evaluations) if e.recommended is not None), None)
+
+    def fidelity(self, data: str = REFERENCE_SPLIT) -> "Fidelity | None":
+        """This version's fidelity figures measured on ``data``: the newest fidelity evaluation on it, else the
+        figures published with the version when they record that same text; None when nothing was measured there."""
+        for e in reversed(self.evaluations):
+            if e.task == "fidelity" and e.data == data and "recovered" in e.results:
+                return Fidelity(data, e.results, e.windows, e.context_tokens, f"evaluation of {e.date[:10]}")
+        if self.metrics.get("data") == data:
+            figures = {k: v for k, v in self.metrics.items() if k in FIDELITY_FIGURES}
+            return Fidelity(data, figures, self.metrics.get("windows"), self.metrics.get("context_tokens"), "published")
+        return None
+
+    def measured_on(self) -> str:
+        """Where the published metrics were measured, in words (versions published before metrics recorded it say
+        so)."""
+        return self.metrics.get("data", "an unrecorded split")
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Fidelity figures of one version on one text: ``figures`` holds recovered (and kl, top1, nll, benefit when
+    measured); ``source`` says whether they were published with the version or evaluated later."""
+
+    data: str
+    figures: dict
+    windows: int | None
+    context_tokens: int | None
+    source: str
+
+    @property
+    def recovered(self) -> float:
+        return self.figures["recovered"]
+
+    def describe(self) -> str:
+        size = f", {self.windows} x {self.context_tokens} tokens" if self.windows and self.context_tokens else ""
+        return f"{self.data}{size}, {self.source}"
 
 
 @dataclass
@@ -239,9 +283,12 @@ class EntryParser:
                        spec=dict(spec))
 
     def evaluation(self, raw, where: str) -> Evaluation:
-        self.keys(raw, where, ("task", "data", "date", "commit", "command", "results"), ("recommended",))
+        self.keys(raw, where, ("task", "data", "date", "commit", "command", "results"),
+                  ("recommended", "windows", "context_tokens"))
         for name in ("task", "data", "date", "command"):
             self.value(raw[name], _join(where, name), str)
+        for name in ("windows", "context_tokens"):
+            self.value(raw.get(name), _join(where, name), int, nullable=True)
         results = self.value(raw["results"], _join(where, "results"), dict)
         for name, value in results.items():
             self.value(value, f"{where}.results.{name}", float)
@@ -254,7 +301,8 @@ class EntryParser:
                           commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                               "a 40-hex-digit git commit"),
                           command=raw["command"], results=dict(results),
-                          recommended=None if recommended is None else dict(recommended))
+                          recommended=None if recommended is None else dict(recommended),
+                          windows=raw.get("windows"), context_tokens=raw.get("context_tokens"))
 
     def version(self, raw, where: str) -> VersionEntry:
         self.keys(raw, where, ("version", "commit", "files", "metrics"), ("evaluations",))

@@ -183,7 +183,7 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
                  token: str | None = None) -> ResolvedAdapter:
     """Compose the best registered path sender -> P -> receiver (``pivot`` "auto" or P's id): both legs are fetched
     and checked like any adapter, then folded into one affine map per receiver layer. ``min_recovered`` applies to
-    the path's estimate (the product of the legs' recorded recovered)."""
+    the path's estimate (the product of the legs' recovered, both measured on the registry's reference split)."""
     from heterofold_hub.methods.affine import affine_methods
     from heterofold_hub.methods.composed import compose
 
@@ -191,10 +191,11 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
     affine = affine_methods()
     paths = registry.paths(pair_end(sender), pair_end(receiver), pivot=None if pivot == "auto" else pivot,
                            methods=affine)
-    usable = [p for p in paths if min_recovered is None or p.estimate >= min_recovered]
+    usable = [p for p in paths if min_recovered is None or (p.estimate is not None and p.estimate >= min_recovered)]
     if not usable:
         miss = registry.miss_message(pair_end(sender), pair_end(receiver), [])
-        why = (f"paths {', '.join(p.describe() for p in paths)} estimate below min_recovered {min_recovered:g}"
+        why = (f"paths {', '.join(p.describe() for p in paths)} estimate below min_recovered {min_recovered:g} "
+               "(or have no estimate)"
                if paths else f"no registered path through {'any pivot' if pivot == 'auto' else pivot}")
         raise NoAdapterError(f"{miss}\nNo direct adapter and {why}.")
     path = usable[0]
@@ -206,6 +207,5 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
                        second_ref={"repo_id": path.second.repo_id, "version": path.second_version.version})
     check_pair(composed, sender, receiver, source=f"the composition {path.describe()}")
     logger.warning("%s -> %s: composed %s", sender.name, receiver.name, path.describe())
-    metrics = {"estimate": path.estimate, "legs": [path.first_version.metrics["recovered"],
-                                                   path.second_version.metrics["recovered"]]}
+    metrics = {"estimate": path.estimate, "legs": path.legs, "data": path.split}
     return ResolvedAdapter(composed, None, metrics=metrics, path=path)
