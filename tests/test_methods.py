@@ -11,6 +11,11 @@ from heterofold_hub.methods.affine import AffineAdapter, fit_affine
 from heterofold_hub.methods.dense_latent import _descend
 from heterofold_hub.methods.kv_ridge import best_correlated_layers
 from heterofold_hub.methods.stats import moment_match, ridge
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.transfer.pipeline import TransferPipeline
+
+from conftest import tiny_model
+from helpers import assert_same_cache, reference_layers, small_calibration, texts
 
 
 def correlated(n=4000, din=12, dout=8, seed=0):
@@ -91,9 +96,10 @@ def test_unknown_method_lists_valid_ones():
         get_method("kv-rigde")
 
 
-def test_a_new_method_is_one_registered_class(tmp_path):
+def test_a_new_method_is_one_registered_class(tmp_path, bpe, unigram):
     """One decorated class is a whole method: found by name, fitted, saved, and loaded back by its name as that
-    class, mapping the receiver's K/V as fitted."""
+    class, mapping the receiver's K/V as fitted (bit-identical to the adapter in memory) and transferring a real
+    sender's cache with the values of the reference path."""
 
     @register_method("test-plain-ridge")
     class PlainRidge(AffineAdapter):
@@ -104,14 +110,31 @@ def test_a_new_method_is_one_registered_class(tmp_path):
     try:
         assert get_method("test-plain-ridge") is PlainRidge and PlainRidge.method == "test-plain-ridge"
         calib = synthetic_calibration(500)
-        folder = get_method("test-plain-ridge").fit(calib).save_pretrained(tmp_path / "plain")
+        fitted = get_method("test-plain-ridge").fit(calib)
+        folder = fitted.save_pretrained(tmp_path / "plain")
         loaded = PairAdapter.from_pretrained(folder)
         assert type(loaded) is PlainRidge and loaded.config.layer_sources == [[0], [3]]
-        # receiver layers 0 and 1 are sender layers 0 and 3 times one fixed matrix: the loaded maps reproduce them
+        # receiver layers 0 and 1 are sender layers 0 and 3 times one fixed matrix: the loaded maps reproduce them,
+        # bit for bit as the adapter in memory does
         for layer, source in enumerate([0, 3]):
             k, v = loaded.map_layer(layer, *calib.sender[source])
             assert torch.allclose(k, calib.receiver[layer][0], atol=1e-4)
             assert torch.allclose(v, calib.receiver[layer][1], atol=1e-4)
+            k_fitted, v_fitted = fitted.map_layer(layer, *calib.sender[source])
+            assert torch.equal(k, k_fitted) and torch.equal(v, v_fitted)
+        # on real models, saved and loaded, it transfers with the reference path's values on the fitted adapter
+        sender = Side.from_model(tiny_model("llama", len(unigram), layers=4, seed=1), unigram)
+        receiver = Side.from_model(tiny_model("qwen2", len(bpe), layers=2, seed=2), bpe)
+        _, pair_calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
+        fitted = PlainRidge.fit(pair_calib)
+        loaded = PairAdapter.from_pretrained(fitted.save_pretrained(tmp_path / "pair"))
+        pipe = TransferPipeline(loaded, sender, receiver)
+        text = texts(1, 600)[0]
+        with torch.no_grad():
+            cache = sender.model(**sender.tokenizer(text, return_tensors="pt"), use_cache=True).cache
+        plan = pipe.plan(text)
+        reference = reference_layers(TransferPipeline(fitted, sender, receiver), cache, plan)
+        assert_same_cache(pipe.transfer(cache, plan=plan).cache, reference)
     finally:
         METHODS.pop("test-plain-ridge")
     with pytest.raises(HeteroFoldError, match="Unknown method 'test-plain-ridge'"):  # unregistered: no longer loads
