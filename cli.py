@@ -245,6 +245,13 @@ def bench_command(
     device: str = typer.Option(BenchArgs.device, help="auto (cuda when there is one), cpu, cuda or cuda:N."),
     dtype: str = typer.Option(BenchArgs.dtype, help="Model, cache and map dtype: float32, bfloat16 or float16."),
     pivot: Optional[str] = PIVOT,
+    recompute: float = typer.Option(BenchArgs.recompute, help="Also time heterofold's hand-off recomputing this share "
+                                    "of the context after the map (0: pure transfer only)."),
+    select: str = typer.Option(BenchArgs.select, help="Which positions --recompute takes: content, digits, deviation, "
+                               "tail, chunk-start, or query and attention (with --query)."),
+    repair_layers: int = typer.Option(BenchArgs.repair_layers, help="The receiver's first layers recomputed for every "
+                                      "position."),
+    query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select query or attention."),
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
 
@@ -257,12 +264,15 @@ def bench_command(
       hf-fold bench --sender ./my-llama --receiver ./my-qwen --contexts 1024,8192
 
       hf-fold bench --device cuda --dtype bfloat16 --contexts 512,2048,4096
+
+      hf-fold bench --contexts 512,2048 --recompute 0.2 --select content
     """
     from heterofold_hub.commands.bench import parse_contexts, run_bench_command
 
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
-                                pivot=pivot), console)
+                                pivot=pivot, recompute=recompute, select=select, repair_layers=repair_layers,
+                                query=query), console)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py

@@ -71,8 +71,9 @@ def score(args) -> None:
             adapters[name], records[name] = found.adapter, adapter_record(found.adapter, found)
         windows = make_windows(texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                                continuation_tokens=args.continuation_tokens)
+        made = provenance(records)  # before the run: the commit it records is the code that runs, not a later one
         result = evaluate(sender, receiver, adapters, windows, batch_size=args.batch_size, data=args.data)
-        result["provenance"] = provenance(records)
+        result["provenance"] = made
         write_json_atomic(result_path(sender_id, receiver_id), result)
         for name in adapters:
             row = result["methods"][name]

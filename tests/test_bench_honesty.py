@@ -1,18 +1,24 @@
 """What keeps `hf-fold bench`'s figures honest: the hand-off's sum, the prefill it beats, and the provenance block."""
 
 import hashlib
+import re
 import subprocess
 
 import pytest
 import torch
 
-from heterofold_hub.evaluation.bench import hand_off, prefill_keeps_one_logit
+from heterofold_hub.base_models.loading import Side
+from heterofold_hub.commands.bench import BenchArgs
+from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.evaluation.bench import hand_off, prefill_keeps_one_logit, run_bench
 from heterofold_hub.evaluation.provenance import adapter_record, git_state, provenance
 from heterofold_hub.hub.package import WEIGHTS_NAME, save_adapter
 from heterofold_hub.hub.resolve import ResolvedAdapter
+from heterofold_hub.transfer.recompute import RecomputeSettings
+from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
 
 from conftest import tiny_model
-from helpers import ROOT, random_affine
+from helpers import ROOT, random_affine, texts
 
 
 def test_the_hand_off_sums_plan_map_and_recompute_and_keeps_the_map_only_ratio():
@@ -69,3 +75,52 @@ def test_adapter_records_name_the_source_and_the_weights_hash(tmp_path):
     published = adapter_record(adapter, ResolvedAdapter(adapter, tmp_path, repo_id="heterofold/a-to-b", version="v1.2.0"))
     assert published["source"] == "heterofold/a-to-b@v1.2.0" and published["weights_sha256"] == digest
     assert adapter_record(adapter, ResolvedAdapter(adapter, tmp_path))["source"] == str(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(bpe, unigram):
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model("qwen2", len(unigram), layers=2, seed=2), unigram)
+    return sender, receiver, random_affine(sender.model, receiver.model, 2, seed=3, method="heterofold")
+
+
+@pytest.mark.parametrize("select, extra", [("content", True), ("tail", False)])
+def test_a_bench_with_recompute_times_the_users_call_and_adds_the_senders_extra_pass(tiny_pair, select, extra):
+    sender, receiver, adapter = tiny_pair
+    settings = RecomputeSettings(fraction=0.25, select=select)
+    result = run_bench(sender, receiver, {"heterofold": adapter}, texts(), [48], repeats=1, recompute=settings)
+    row = result["rows"][0]
+    assert row["recompute"] == settings.describe()
+    # the timed call (map + recompute) is what the user pays; the derived recompute is exactly that minus the map
+    both = row["map_recompute_s"]["heterofold"]
+    assert row["transfer_s"]["heterofold"] + row["recompute_s"]["heterofold"] == pytest.approx(both)
+    assert ("heterofold" in row["sender_extra_s"]) is extra  # content reads the sender's surprisal; tail reads nothing
+    assert row["end_to_end_s"]["heterofold"] == pytest.approx(
+        row["plan_s"] + both + row["sender_extra_s"].get("heterofold", 0.0))
+    assert row["speedup"]["end_to_end"]["heterofold"] == pytest.approx(row["prefill_s"] / row["end_to_end_s"]["heterofold"])
+
+
+def test_a_bench_without_recompute_records_none(tiny_pair):
+    sender, receiver, adapter = tiny_pair
+    row = run_bench(sender, receiver, {"heterofold": adapter}, texts(), [32], repeats=1,
+                    recompute=RecomputeSettings())["rows"][0]  # all zero: the pure transfer
+    assert (row["recompute"], row["recompute_s"], row["sender_extra_s"]) == (None, {}, {})
+    assert row["end_to_end_s"]["heterofold"] == pytest.approx(row["plan_s"] + row["transfer_s"]["heterofold"])
+
+
+def test_the_bench_surprisal_pass_is_the_one_prefill_sender_computes(tiny_pair):
+    sender, _, _ = tiny_pair
+    prefill = prefill_sender(sender, texts()[0][:300], surprisal=True)
+    hidden = last_hidden_states(sender, prefill)
+    again = surprisal_from_hidden(sender.model, hidden, prefill.input_ids, prefill.attention_mask)
+    assert torch.allclose(again, prefill.surprisal, atol=1e-5) and prefill.surprisal.abs().sum() > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"recompute": 0.1, "select": "query"}, "--select query reads the receiver's prompt: give it with --query TEXT"),
+    ({"recompute": 1.5}, "recompute=1.5: pass a share of the context in [0, 1]"),
+    ({"select": "oracle"}, "--select oracle needs the facts' character spans"),
+])
+def test_bench_recompute_flags_are_checked_before_anything_loads(flags, message):
+    with pytest.raises(HeteroFoldError, match=re.escape(message)):
+        BenchArgs(sender="a", receiver="b", **flags).validate()

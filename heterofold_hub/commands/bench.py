@@ -34,9 +34,30 @@ class BenchArgs:
     device: str = "auto"  # auto: cuda when there is one
     dtype: str = "float32"
     pivot: str | None = None  # "auto" or a model id: also time the composed path sender -> pivot -> receiver
+    recompute: float = 0.0  # share of mapped positions heterofold's hand-off also recomputes (timed beside the map)
+    select: str = "content"
+    repair_layers: int = 0
+    query: str | None = None  # the receiver's prompt, for selections that read one (query, attention)
+
+    def recompute_settings(self):
+        from heterofold_hub.transfer.recompute import RecomputeSettings
+
+        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
 
     def validate(self) -> None:
         problems = dtype_problems(self.dtype)
+        try:
+            settings = self.recompute_settings()
+        except HeteroFoldError as err:
+            problems.append(f"--recompute/--select/--repair-layers: {err}")
+        else:
+            from heterofold_hub.transfer.selection import needs_query
+
+            if needs_query(settings.select) and settings.active and self.query is None:
+                problems.append(f"--select {settings.select} reads the receiver's prompt: give it with --query TEXT")
+            if settings.select == "oracle":
+                problems.append("--select oracle needs the facts' character spans, which a bench text has none of; "
+                                "choose a strategy that reads the text or a --query")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             problems.append(f"--device: {self.device!r}; choose auto, cpu, cuda or cuda:N")
         elif self.device.startswith("cuda") and not cuda_available():
@@ -98,11 +119,16 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     """Two tables that fit a terminal: the times, and what they mean for heterofold's hand-off."""
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
                         f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
-                  "plan cold: a new pipeline's first; recompute: heterofold's, when timed; each method: its map")
+                  "plan cold: a new pipeline's first; recompute: heterofold's, when timed (its call minus the map); sender extra: "
+                  "the sender's surprisal pass that content selection reads; each method: its map")
     methods = timed_methods(result)
-    for column in ("context", "prefill", "plan", "plan cold", "recompute", "copy", *methods):
+    for column in ("context", "prefill", "plan", "plan cold", "recompute", "sender extra", "copy", *methods):
         times.add_column(column, justify="right")
-    ratios = Table(title="heterofold hand-off", caption="end-to-end: prefill / (plan + map + recompute), the headline; "
+    recomputed = result.get("recompute")
+    title = "heterofold hand-off" + ("" if not recomputed else f", recomputing {recomputed['fraction']:g} by "
+                                     f"{recomputed['select']}" + (f" + first {recomputed['repair_layers']} layers"
+                                                                  if recomputed["repair_layers"] else ""))
+    ratios = Table(title=title, caption="end-to-end: prefill / (plan + map + recompute + sender extra), the headline; "
                    "map only: prefill / map; cold: end-to-end with a new pipeline's plan; plan / map: the plan's cost "
                    "beside the map's; vs copy: map / cache copy; peak: temporary memory of one map, in receiver layers "
                    "(keys + values)")
@@ -110,10 +136,10 @@ def results_tables(result: dict) -> tuple[Table, Table]:
         ratios.add_column(column, justify="right")
     for row in result["rows"]:
         t, hf, speedup = row["transfer_s"], row["transfer_s"]["heterofold"], row["speedup"]
-        recompute = row["recompute_s"].get("heterofold")
+        recompute, extra = row["recompute_s"].get("heterofold"), row.get("sender_extra_s", {}).get("heterofold")
         times.add_row(str(row["context_tokens"]),
                       *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s", "plan_cold_s")),
-                      "-" if recompute is None else f"{recompute * 1e3:.1f}",
+                      *("-" if x is None else f"{x * 1e3:.1f}" for x in (recompute, extra)),
                       f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in methods))
         ratios.add_row(str(row["context_tokens"]),
                        *(f"{speedup[k]['heterofold']:.1f}x" for k in ("end_to_end", "map_only", "cold")),
@@ -193,7 +219,7 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("timing", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
-                               progress=lambda: bar.advance(task))
+                               progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
         result["provenance"] = provenance(records)
         console.print(*results_tables(result))
         for warning in result["checks"]["warnings"]:

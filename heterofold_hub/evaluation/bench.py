@@ -9,10 +9,14 @@ For each context length, on the same text:
   it needs only the text, so it can run while the sender prefills); ``plan_cold_s``: the same on a new pipeline's
   first call, which computes those constants;
 - ``transfer_s[method]``: the map, that method's transfer of the sender's cache with that plan into a receiver cache;
-- ``recompute_s[method]``: the receiver recomputing part of the context after the map (selective recompute), when a
-  method is timed with it; absent is 0;
-- ``end_to_end_s[method]``: the hand-off a user waits for, plan + map + recompute; ``speedup`` compares prefill with
-  it (``end_to_end``, the headline), with the cold hand-off (``cold``) and with the map alone (``map_only``);
+- ``recompute_s[method]``: with ``recompute`` settings (heterofold only), the receiver recomputing part of the
+  context after the map. It is derived: ``transfer(..., recompute=...)`` is timed as one call (``map_recompute_s``)
+  and the plain map's median subtracted, so map + recompute is exactly what that call cost; absent is 0;
+- ``sender_extra_s[method]``: what the selection asks of the sender beyond its prefill (``content``: the LM head over
+  every position for surprisal), timed on the sender's own hidden states; absent is 0;
+- ``end_to_end_s[method]``: the hand-off a user waits for, plan + map + recompute + sender extra; ``speedup`` compares
+  prefill with it (``end_to_end``, the headline), with the cold hand-off (``cold``) and with the map alone
+  (``map_only``);
 - ``copy_s``: a plain copy of a receiver cache of that size, the memory-traffic floor;
 - ``peak_extra_bytes[method]``: the most temporary memory one transfer held (beyond the cache it returns),
   measured in a separate untimed run; ``layer_bytes`` is one receiver layer's keys + values, for scale.
@@ -36,6 +40,11 @@ from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.transfer.plan import PlanCache, build_plan
+from heterofold_hub.transfer.recompute import RecomputeSettings
+from heterofold_hub.transfer.selection import needs_surprisal
+from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
+
+RECOMPUTED = "heterofold"  # the method timed with recompute settings: the registered adapter users get
 
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
@@ -82,9 +91,11 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 
 
 @torch.no_grad()
-def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int) -> dict:
+def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int,
+              recompute: RecomputeSettings | None = None, query: str | None = None) -> dict:
     """One context length: seconds for prefill, plan (warm and cold), copy and each method's map of ``text``, and
-    the hand-off's sum and speed-ups (:func:`hand_off`)."""
+    the hand-off's sum and speed-ups (:func:`hand_off`); with ``recompute`` (active settings), heterofold's hand-off
+    with them too (``query``: the receiver's prompt, for the strategies that read one)."""
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
     sender_cache = sender.model(**s_inputs, use_cache=True, cache=full_cache()).cache  # what the sender computed: not timed
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
@@ -96,9 +107,10 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     plan_with = lambda cache: build_plan(sender, receiver, text, min_native=native, cache=cache)  # noqa: E731
     plan = plan_with(warm)  # one plan serves every method
     transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
+    extra = recomputed_hand_off(sender, pipelines[RECOMPUTED], text, plan, recompute, query) if recompute else {}
     seconds = median_seconds({"prefill": prefill, "plan": lambda: plan_with(warm), "plan cold": lambda: plan_with(None),
                               "copy": lambda: [(k.clone(), v.clone()) for k, v in layers],
-                              **{f"transfer {name}": transfer for name, transfer in transfers.items()}}, repeats)
+                              **{f"transfer {name}": transfer for name, transfer in transfers.items()}, **extra}, repeats)
     full = max(layers, key=lambda kv: kv[0].shape[2])  # a sliding-window layer (Gemma 3) keeps only its window
     return hand_off({
         "context_tokens": int(ids.shape[1]),
@@ -107,18 +119,43 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
         "plan_cold_s": seconds["plan cold"],
         "copy_s": seconds["copy"],
         "transfer_s": {name: seconds[f"transfer {name}"] for name in transfers},
-        "recompute_s": {},  # selective recompute's seconds per method, when timed with it
+        **recompute_figures(seconds, recompute),
         "peak_extra_bytes": {name: peak_extra_bytes(transfer, receiver.model.device)[1]
                              for name, transfer in transfers.items()},
         "layer_bytes": 2 * full[0].nelement() * full[0].element_size(),
     })
 
 
+def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, text: str, plan, settings: RecomputeSettings,
+                        query: str | None) -> dict:
+    """The timed calls of a hand-off with recompute: ``transfer(..., recompute=...)`` as a user calls it, and the
+    sender's surprisal pass when the selection reads it (its prefill itself is the sender's, not timed)."""
+    prefill = prefill_sender(sender, text, surprisal=needs_surprisal(settings.select))  # untimed: the sender's
+    timed = {"hand-off recompute": lambda: pipeline.transfer(prefill, plan=plan, recompute=settings.fraction,
+                                                            select=settings.select, query=query,
+                                                            repair_layers=settings.repair_layers)}
+    if needs_surprisal(settings.select):
+        device = sender.model.device
+        hidden, ids, mask = last_hidden_states(sender, prefill), prefill.input_ids.to(device), prefill.attention_mask.to(device)
+        timed["sender surprisal"] = lambda: surprisal_from_hidden(sender.model, hidden, ids, mask)
+    return timed
+
+
+def recompute_figures(seconds: dict, settings: RecomputeSettings | None) -> dict:
+    """The row's recompute fields from ``median_seconds``' figures (empty dicts without recompute settings)."""
+    if not settings:
+        return {"recompute": None, "recompute_s": {}, "map_recompute_s": {}, "sender_extra_s": {}}
+    both = seconds["hand-off recompute"]
+    return {"recompute": settings.describe(), "map_recompute_s": {RECOMPUTED: both},
+            "recompute_s": {RECOMPUTED: both - seconds[f"transfer {RECOMPUTED}"]},
+            "sender_extra_s": {RECOMPUTED: seconds["sender surprisal"]} if "sender surprisal" in seconds else {}}
+
+
 def hand_off(row: dict) -> dict:
-    """``row`` with ``end_to_end_s`` (plan + map + recompute, per method) and ``speedup``: prefill over that sum
-    (``end_to_end``), over the cold plan's sum (``cold``) and over the map alone (``map_only``), per method."""
-    maps, recompute = row["transfer_s"], row.get("recompute_s", {})
-    rest = {name: seconds + recompute.get(name, 0.0) for name, seconds in maps.items()}  # map + recompute
+    """``row`` with ``end_to_end_s`` (plan + map + recompute + sender extra, per method) and ``speedup``: prefill
+    over that sum (``end_to_end``), over the cold plan's sum (``cold``) and over the map alone (``map_only``)."""
+    maps, recompute, extra = row["transfer_s"], row.get("recompute_s", {}), row.get("sender_extra_s", {})
+    rest = {name: seconds + recompute.get(name, 0.0) + extra.get(name, 0.0) for name, seconds in maps.items()}
     row["end_to_end_s"] = {name: row["plan_s"] + seconds for name, seconds in rest.items()}
     row["speedup"] = {
         "end_to_end": {name: row["prefill_s"] / seconds for name, seconds in row["end_to_end_s"].items()},
@@ -138,10 +175,13 @@ def prefill_keeps_one_logit(model, ids: torch.Tensor) -> bool:
 
 
 def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],
-              contexts: list[int], *, repeats: int = 5, progress=None) -> dict:
-    """``{"sender", "receiver", "checks", "rows": [bench_row per context length], ...}``;
+              contexts: list[int], *, repeats: int = 5, progress=None, recompute: RecomputeSettings | None = None,
+              query: str | None = None) -> dict:
+    """``{"sender", "receiver", "checks", "rows": [bench_row per context length], ...}``; ``recompute`` (active
+    settings) also times heterofold's hand-off with them (``query``: the receiver's prompt, when they read one);
     ``checks.prefill_keeps_one_logit`` False (with a ``warnings`` entry) flags a receiver whose prefill computes logits
     for every position."""
+    recompute = recompute if recompute is not None and recompute.active else None
     rows, skipped, warnings = [], [], []
     probe = encode(receiver.tokenizer, text_of_length(texts, receiver, 8))[0][None]
     fair = prefill_keeps_one_logit(receiver.model, probe)
@@ -155,7 +195,7 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
             skipped.append({"context_tokens": tokens, "reason": f"{sender.name} needs {needed} tokens for this text, "
                             f"more than its {sender.spec.max_positions} positions"})
         else:
-            rows.append(bench_row(sender, receiver, adapters, text, repeats))
+            rows.append(bench_row(sender, receiver, adapters, text, repeats, recompute, query))
         if progress is not None:
             progress()
     device = receiver.model.device

@@ -167,6 +167,11 @@ def needs_surprisal(select: str | None) -> bool:
     return select in SELECTORS and "surprisal" in SELECTORS[select].needs
 
 
+def needs_query(select: str) -> bool:
+    """Whether the ``select`` strategy reads the receiver's prompt (``query=``)."""
+    return select in SELECTORS and "query" in SELECTORS[select].needs
+
+
 def get_selector(name: str) -> Selector:
     if name not in SELECTORS:
         raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECTORS)}.")

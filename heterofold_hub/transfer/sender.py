@@ -95,20 +95,33 @@ def prefill_sender(sender: Side, texts: str | list[str], *, surprisal: bool = Fa
     texts = as_texts(texts)
     ids, mask, offsets = sender_inputs(sender, texts)
     model, device = sender.model, sender.model.device
-    final = []  # the last hidden states, caught where the LM head reads them, when surprisal is asked for
-    hook = _final_norm(model).register_forward_hook(lambda _m, _i, out: final.append(out)) if surprisal else None
-    try:
-        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True, cache=full_cache(),
-                    **cache_only(model))
-    finally:
-        if hook is not None:
-            hook.remove()
-    scores = _surprisal(model, final[0], ids.to(device), mask.to(device)).cpu() if surprisal else None
+    out, hidden = _forward(model, ids.to(device), mask.to(device), catch_hidden=surprisal)
+    scores = surprisal_from_hidden(model, hidden, ids.to(device), mask.to(device)).cpu() if surprisal else None
     return SenderPrefill(cache=out.cache, texts=texts, input_ids=ids, attention_mask=mask, offsets=offsets,
                          surprisal=scores)
 
 
-def _final_norm(model) -> torch.nn.Module:
+def _forward(model, ids: torch.Tensor, mask: torch.Tensor, *, catch_hidden: bool):
+    """The sender's prefill forward ``(output, final hidden states [B, T, E] or None)``: the hidden states are caught
+    where the LM head reads them (after the final norm), so the head need not run over every position here."""
+    final = []
+    hook = final_norm(model).register_forward_hook(lambda _m, _i, out: final.append(out)) if catch_hidden else None
+    try:
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True, cache=full_cache(), **cache_only(model))
+    finally:
+        if hook is not None:
+            hook.remove()
+    return out, (final[0] if catch_hidden else None)
+
+
+def last_hidden_states(sender: Side, prefill: SenderPrefill) -> torch.Tensor:
+    """``[B, T, E]``: the sender's final hidden states over ``prefill``'s tokens (a second forward), for timing or
+    recomputing what :func:`surprisal_from_hidden` reads."""
+    device = sender.model.device
+    return _forward(sender.model, prefill.input_ids.to(device), prefill.attention_mask.to(device), catch_hidden=True)[1]
+
+
+def final_norm(model) -> torch.nn.Module:
     norm = getattr(getattr(model, "model", None), "norm", None)
     if norm is None:
         raise HeteroFoldError(f"surprisal=True needs the final norm at `model.model.norm`; {type(model).__name__} "
@@ -116,7 +129,7 @@ def _final_norm(model) -> torch.nn.Module:
     return norm
 
 
-def _surprisal(model, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def surprisal_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``[B, T]`` nats: ``-log p(ids[t] | ids[:t])`` from the final hidden states ``[B, T, E]``, in chunks of
     positions so the full-vocabulary logits never exist at once."""
     head, cap = model.get_output_embeddings(), getattr(model.config, "final_logit_softcapping", None)
