@@ -79,7 +79,7 @@ def measured_on(v: Version) -> str:
     split = (v.config.get("training_args") or {}).get("heldout")
     m = v.metrics
     where = f"`{split}`" if split else "a split its package does not record"
-    return f"{where}, {m['windows']} windows of {m['context_tokens']} + {m['continuation_tokens']} tokens"
+    return f"{where}, {m['windows']} windows of {m['context_tokens']} tokens"
 
 
 def trained_on(v: Version) -> str:
@@ -90,6 +90,11 @@ def trained_on(v: Version) -> str:
     if not data:
         return "not recorded"
     return f"`{data}`" + (f", {windows} windows" if windows else "")
+
+
+def _short(value: str | None) -> str | None:
+    """A ``sha256:<hex>`` identity cut to 16 hex digits, for display."""
+    return value[:len("sha256:") + 16] + "…" if value and value.startswith("sha256:") else value
 
 
 def _code(value) -> str:
@@ -117,30 +122,34 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              f"| architecture | {s['spec']['model_type']}, {s['spec']['num_layers']} layers, {s['spec']['kv_heads']} KV "
              f"heads x {s['spec']['head_dim']} | {r['spec']['model_type']}, {r['spec']['num_layers']} layers, "
              f"{r['spec']['kv_heads']} KV heads x {r['spec']['head_dim']} |",
-             f"| revision | {_code(s['revision'])} | {_code(r['revision'])} |",
-             f"| tokenizer | `{s['tokenizer']}` | `{r['tokenizer']}` |", "",
+             f"| revision | {_code(_short(s['revision']))} | {_code(_short(r['revision']))} |",
+             f"| tokenizer | {_code(_short(s['tokenizer']))} | {_code(_short(r['tokenizer']))} |", "",
+             "Hashes are shortened here; `registry.json` and the model card below hold them in full.", "",
              f"Method: `{entry['method']}`. Hub: `{entry['hub']}`. Newest version: **{newest.name}** (what "
              "`HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another).", "",
              "## Versions", "",
-             "Newest first. The figures are each version's own `metrics.json` (mean ± standard error over its windows); "
-             "figures measured on different splits are not comparable.", "",
-             "| version | date | hub commit | trained on | measured on | recovered | KL (nats/tok) | top-1 |",
-             "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
+             "Newest first. The figures are each version's own `metrics.json`: recovered (mean ± standard error over "
+             "its windows), KL to native prefill (nats/token) and top-1 agreement. Figures measured on different splits "
+             "are not comparable.", "",
+             "| version | published (hub commit) | trained on | measured on | recovered | KL | top-1 |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for v in reversed(versions):
         row = _own_row(v, entry["method"])
-        lines.append(f"| {v.name} | {v.date} | `{v.entry['commit'][:7]}` | {trained_on(v)} | {measured_on(v)} | "
-                     f"{row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} ± {row['kl_se']:.3f} | "
-                     f"{row['top1']:.3f} |")
+        lines.append(f"| {v.name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {measured_on(v)} | "
+                     f"{row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} | {row['top1']:.3f} |")
     local = repo_id.split("/")[-1]
     lines += ["", "## How to load it", "",
               "In Python (the registry resolves the pair, checks tokenizers and dims, and loads the frozen receiver):",
               "", "```python", "from heterofold_hub import HeteroFoldModel", "",
-              f'model = HeteroFoldModel.from_pretrained("{s["id"]}", "{r["id"]}",',
-              f'                                        adapter="{repo_id}", revision="{newest.name}")', "```", "",
+              "model = HeteroFoldModel.from_pretrained(",
+              f'    "{s["id"]}",',
+              f'    "{r["id"]}",',
+              f'    adapter="{repo_id}",',
+              f'    revision="{newest.name}",', ")", "```", "",
               "From the command line:", "", "```bash",
               f"hf-fold show {repo_id}",
               f"hf-fold pull {repo_id}@{newest.name} --out {local}",
-              f"hf-fold eval --sender {s['id']} --receiver {r['id']} --adapter {local}", "```", ""]
+              f"hf-fold eval --sender {s['id']} \\", f"  --receiver {r['id']} --adapter {local}", "```", ""]
     if gemma_derived(entry):
         lines += ["## Terms", "",
                   f"Fitted on Gemma 3 weights, so the [Gemma Terms of Use]({GEMMA_TERMS}) apply to this adapter "

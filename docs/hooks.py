@@ -52,6 +52,14 @@ def on_config(config):
     return config
 
 
+SPHINX_ROLE = re.compile(r":(?:meth|class|func|mod|attr|data|obj|exc):(?=<code)")
+
+
+def on_page_content(html, page, config, files):
+    """Docstrings use Sphinx roles (``:meth:`transfer```), which mkdocstrings leaves as text before the code."""
+    return SPHINX_ROLE.sub("", html)
+
+
 def on_files(files, config):
     def add(uri: str, *, content: str | None = None, path: Path | None = None) -> None:
         if files.get_file_from_path(uri) is not None:
