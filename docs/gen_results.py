@@ -1,0 +1,131 @@
+"""The generated tables of ``docs/results.md`` other than fidelity and hand-off tables (those come from
+``heterofold_hub.evaluation``'s own generators): retrieval into Gemma 3, the real pair's and the tiny pair's
+timings, and the pivot first-leg probe. Every figure is read from a committed file under ``benchmarks/results/``;
+``tests/test_readme.py`` holds the page to this output.
+
+    python docs/gen_results.py            # print the blocks
+    python docs/gen_results.py --write    # rewrite them in docs/results.md, between their <!-- gen:NAME --> markers
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gen_tables import RESULTS, ROOT, write_blocks  # noqa: E402
+
+# (file, row in it, label shown): which committed retrieval result is which adapter
+RETRIEVAL_ROWS = [
+    ("real/retrieval-s2g-wide5.json", "native", "native"),
+    ("real/retrieval-s2g-wide5.json", "no-context", "no-context"),
+    ("real/retrieval-s2g-wide5.json", "heterofold", "heterofold v1.3.0 (wide, 4 sources)"),
+    ("real/retrieval-s2g-wide3.json", "heterofold (s2g-wide2)", "heterofold v1.2.0 (wide)"),
+    ("real/retrieval-s2g-wide3.json", "heterofold", "heterofold wide + recall (not published)"),
+    ("real/retrieval-s2g-wide4.json", "heterofold", "heterofold wide + recall + copy weight 3 (not published)"),
+    ("real/retrieval-s2g.json", "heterofold", "heterofold v1.1.0 (wide)"),
+    ("real/retrieval-s2g.json", "kv-ridge", "kv-ridge (stdlib)"),
+    ("real/retrieval-s2g.json", "recolor", "recolor"),
+    ("real/retrieval-s2g-mixed-train.json", "heterofold",
+     "heterofold on bundled:train (mostly recall documents; not published)"),
+]
+
+LEG_ERROR_ROWS = [  # (file, first leg as the probe names it, label, pivot layers read)
+    ("pivot/probe-leg-error-g2l.json", "hub/snapshots/heterofold/gemma3-270m-to-smollm2-135m/v1.1.0",
+     "Gemma 3 -> SmolLM2, heterofold v1.1.0 (shipped)"),
+    ("pivot/probe-leg-error-g2l.json", "runs/pivot/g2s-kv-ridge", "Gemma 3 -> SmolLM2, KV Ridge"),
+    ("pivot/probe-leg-error-s2l.json", "hub/snapshots/heterofold/smollm2-135m-to-gemma3-270m/v1.3.0",
+     "SmolLM2 -> Gemma 3, heterofold v1.3.0 (shipped)"),
+    ("pivot/probe-leg-error-s2l.json", "runs/pivot/s2g-kv-ridge", "SmolLM2 -> Gemma 3, KV Ridge"),
+]
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def retrieval_markdown(rows=RETRIEVAL_ROWS) -> str:
+    """Exact match per length (± binomial SE, and the share of native kept), and digits in place averaged over the
+    lengths. All rows must come from runs on the same documents (checked: same lengths and document count)."""
+    first = _load(rows[0][0])
+    lengths = [str(n) for n in first["lengths"]]
+    lines = ["| method | " + " | ".join(f"{n} tokens" for n in lengths) + " | digits in place |",
+             "| --- |" + " ---: |" * (len(lengths) + 1)]
+    for file, method, label in rows:
+        result = _load(file)
+        if [str(n) for n in result["lengths"]] != lengths or result["docs"] != first["docs"]:
+            raise ValueError(f"{file} was not run on the same lengths and documents as {rows[0][0]}")
+        per = result["methods"][method]
+        reference = method in ("native", "no-context")
+        cells = [f"{per[n]['accuracy']:.2f} ± {per[n]['accuracy_se']:.2f}" + ("" if reference else f" ({per[n]['kept']:.2f})")
+                 for n in lengths]
+        digits = sum(per[n]["digit_accuracy"] for n in lengths) / len(lengths)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {digits:.2f} |")
+    return "\n".join(lines)
+
+
+def real_speed_markdown(s2g: str = "real/bench-s2g.json", g2s: str = "real/bench-g2s.json") -> str:
+    """Per context length: the heterofold transfer's speed-up over the receiver's prefill (the plan reused), its
+    time, and the prefill's time, in both directions."""
+    a, b = _load(s2g), _load(g2s)
+    rows_b = {r["context_tokens"]: r for r in b["rows"]}
+    lines = ["| receiver tokens | SmolLM2 -> Gemma 3 | Gemma 3 prefill | Gemma 3 -> SmolLM2 | SmolLM2 prefill |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
+    cell = lambda r: f"{r['prefill_s'] / r['transfer_s']['heterofold']:.1f}x ({r['transfer_s']['heterofold'] * 1e3:.0f} ms)"  # noqa: E731
+    for r in a["rows"]:
+        n = r["context_tokens"]
+        o = rows_b.get(n)
+        lines.append(f"| {n} | {cell(r)} | {r['prefill_s']:.2f} s | " +
+                     (f"{cell(o)} | {o['prefill_s']:.2f} s |" if o else "- | - |"))
+    return "\n".join(lines)
+
+
+def bench_markdown(file: str = "bench.json") -> str:
+    """The tiny pair's ``benchmarks/transfer_vs_prefill.py`` table, in milliseconds."""
+    result = _load(file)
+    methods = ["heterofold", "kv-ridge", "dense-latent"]
+    lines = ["| direction | context | prefill | plan | copy | " + " | ".join(methods) +
+             " | speed-up | cold | vs copy | peak (layers) |",
+             "| --- |" + " ---: |" * (11)]
+    for d in result["directions"]:
+        name = f"{d['sender'].split('/')[-1]} -> {d['receiver'].split('/')[-1]}"
+        for r in d["rows"]:
+            t = r["transfer_s"]
+            h = t["heterofold"]
+            cells = [f"{r['prefill_s'] * 1e3:.1f}", f"{r['plan_s'] * 1e3:.1f}", f"{r['copy_s'] * 1e3:.2f}"]
+            cells += [f"{t[m] * 1e3:.2f}" for m in methods]
+            cells += [f"{r['prefill_s'] / h:.1f}x", f"{r['prefill_s'] / (r['plan_s'] + h):.1f}x",
+                      f"{h / r['copy_s']:.0f}x", f"{r['peak_extra_bytes']['heterofold'] / r['layer_bytes']:.2f}"]
+            lines.append(f"| {name} | {r['context_tokens']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def leg_error_markdown(rows=LEG_ERROR_ROWS) -> str:
+    """Per first leg: the pivot layers the second leg reads, the first leg's error there and the second leg's
+    output error (1-R2 as a share of the target's own variance: 0 exact, 1 no better than the mean), as ranges."""
+    lines = ["| first leg (into the pivot) | pivot layers read | first leg 1-R2, keys / values | "
+             "second leg's output 1-R2, keys / values |", "| --- | --- | ---: | ---: |"]
+    span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}"  # noqa: E731
+    for file, first, label in rows:
+        found = [r for r in _load(file)["rows"] if r["first"] == first]
+        a = [r for r in found if r["part"] == "first"]
+        b = [r for r in found if r["part"] == "second"]
+        layers = ", ".join(str(r["pivot_layer"]) for r in a)
+        lines.append(f"| {label} | {layers} | {span([r['k'] for r in a])} / {span([r['v'] for r in a])} | "
+                     f"{span([r['k'] for r in b])} / {span([r['v'] for r in b])} |")
+    return "\n".join(lines)
+
+
+def blocks() -> dict[str, str]:
+    return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(), "bench-tiny": bench_markdown(),
+            "leg-error": leg_error_markdown()}
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv[1:]:
+        write_blocks(ROOT / "docs" / "results.md", blocks())
+    else:
+        for name, body in blocks().items():
+            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")

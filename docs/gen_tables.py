@@ -1,0 +1,166 @@
+"""The README's generated blocks: the "what to expect" table of each direction of the real pair, and the adapters
+available. Every figure is read from a committed file (``benchmarks/results/``, ``registry.json``), never typed;
+``tests/test_readme.py`` holds the README to this output.
+
+    python docs/gen_tables.py            # print the blocks
+    python docs/gen_tables.py --write    # rewrite them in README.md, between their <!-- gen:NAME --> markers
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gen_catalogue, beside this file
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+# Which committed result shows what, per direction. Names only: every figure comes from these files.
+DIRECTIONS = {
+    "s2g": {
+        "title": "SmolLM2-135M -> Gemma 3 270M",
+        "adapter": "heterofold/smollm2-135m-to-gemma3-270m v1.3.0",
+        "fidelity": {512: ("real/fidelity-s2g-512-wide5.json", "real/fidelity-s2g-512-kv-ridge-wide5.json"),
+                     2048: ("real/fidelity-s2g-2048-wide5.json", "real/fidelity-s2g-2048-kv-ridge-wide5.json")},
+        "retrieval": ("handoff/s2g-512.json", "code", "query@0.05"),
+        "speed": ("handoff/speed-s2g.json", "query@0.05"),
+    },
+    "g2s": {
+        "title": "Gemma 3 270M -> SmolLM2-135M",
+        "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.1.0",
+        "fidelity": {512: ("real/fidelity-g2s-512-wide.json", "real/fidelity-g2s-512-kv-ridge-wide.json"),
+                     2048: ("real/fidelity-g2s-2048-wide.json", "real/fidelity-g2s-2048.json")},
+        "retrieval": None,  # no committed retrieval result with SmolLM2 receiving
+        "bench": ("real/bench-g2s.json", 2048),
+        "prose": "real/fidelity-g2s-512-prose.json",
+    },
+}
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _link(name: str, prefix: str) -> str:
+    return f"[{Path(name).name}]({prefix}benchmarks/results/{name})"
+
+
+def _row(result: dict, method: str) -> dict:
+    return result["methods"][method]
+
+
+def expect_markdown(direction: str, prefix: str = "") -> str:
+    """The "what to expect" table of one direction. ``prefix`` makes the source links relative to the page that
+    shows it ("" from the repository root)."""
+    spec = DIRECTIONS[direction]
+    lines = [f"**{spec['title']}** (`{spec['adapter']}`)", "",
+             "| what | figure | source |", "| --- | --- | --- |"]
+    for length, (own_file, baseline_file) in spec["fidelity"].items():
+        own, base = _load(own_file), _load(baseline_file)
+        r, b = _row(own, "heterofold"), _row(base, "kv-ridge")
+        lines.append(
+            f"| context benefit kept, unseen code, {length} tokens ({own['windows']} windows) | "
+            f"**{r['recovered']:.3f} ± {r['recovered_se']:.3f}** (KL {r['kl']:.3f}; KV Ridge "
+            f"{b['recovered']:.3f} ± {b['recovered_se']:.3f}) | {_link(own_file, prefix)}, {_link(baseline_file, prefix)} |")
+    if spec.get("retrieval"):
+        file, fmt, setting = spec["retrieval"]
+        result = _load(file)
+        length = str(result["lengths"][0])
+        rows = result["formats"][fmt][length]
+        acc = lambda name: f"{rows[name]['accuracy']:.2f} ± {rows[name]['accuracy_se']:.2f}"  # noqa: E731
+        lines.append(
+            f"| exact-fact retrieval, {length} tokens ({result['docs']} documents) | native {acc('native')}; "
+            f"pure transfer {acc('transfer')}; recompute `{setting}` {acc(setting)} ({rows[setting]['kept']:.2f} of "
+            f"native, {rows[setting]['recomputed_share']:.1%} of the context recomputed) | {_link(file, prefix)} |")
+    if spec.get("speed"):
+        file, setting = spec["speed"]
+        result = _load(file)
+        cells = []
+        for n, row in result["lengths"].items():
+            s = row["settings"]
+            cells.append(f"{n} tokens: {s['transfer']['speedup']:.1f}x pure transfer, {s[setting]['speedup']:.1f}x "
+                         f"with `{setting}`")
+        lines.append(f"| end-to-end speed-up over the receiver's own prefill (plan + map + recompute, batch "
+                     f"{result['batch']}, {result['provenance']['threads']} CPU threads) | {'; '.join(cells)} | "
+                     f"{_link(file, prefix)} |")
+    if spec.get("bench"):
+        file, length = spec["bench"]
+        result = _load(file)
+        cells = []
+        for row in result["rows"]:
+            if row["context_tokens"] < length:
+                continue
+            t = row["transfer_s"]["heterofold"]
+            cells.append(f"{row['context_tokens']} tokens: {row['prefill_s'] / (row['plan_s'] + t):.1f}x "
+                         f"(map alone {row['prefill_s'] / t:.1f}x)")
+        lines.append(f"| end-to-end speed-up over the receiver's own prefill (plan + map, {result['threads']} CPU "
+                     f"threads, {result['dtype']}) | {'; '.join(cells)} | {_link(file, prefix)} |")
+    lines.append(f"| known limits | {_limits(direction)} | {_limits_sources(direction, prefix)} |")
+    return "\n".join(lines)
+
+
+def _limits(direction: str) -> str:
+    spec = DIRECTIONS[direction]
+    if direction == "s2g":
+        file, fmt, _ = spec["retrieval"]
+        rows = _load(file)["formats"][fmt][str(_load(file)["lengths"][0])]
+        return (f"a pure transfer keeps the gist, not exact facts: {rows['transfer']['accuracy']:.2f} exact match where "
+                f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter; "
+                "valid only for these exact weights and tokenizers")
+    prose = _load(spec["prose"])
+    r = _row(prose, "heterofold")
+    return (f"weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} on {prose['windows']} windows of package "
+            "READMEs); exact-fact retrieval into SmolLM2 not measured; valid only for these exact weights and tokenizers")
+
+
+def _limits_sources(direction: str, prefix: str) -> str:
+    spec = DIRECTIONS[direction]
+    return _link(spec["retrieval"][0] if direction == "s2g" else spec["prose"], prefix)
+
+
+def adapters_markdown(root: Path = ROOT) -> str:
+    """One row per registered adapter repository: pair, method, versions, and the newest version's recorded
+    ``recovered`` with what it was measured on (from its published package)."""
+    from gen_catalogue import load_versions, measured_on, registry
+
+    lines = ["| adapter | sender -> receiver | method | versions | newest: recovered | measured on |",
+             "| --- | --- | --- | --- | ---: | --- |"]
+    for entry in registry(root)["adapters"]:
+        versions = load_versions(entry, root)
+        newest = versions[-1]
+        lines.append(f"| `{entry['repo_id']}` | `{entry['sender']['id']}` -> `{entry['receiver']['id']}` | "
+                     f"{entry['method']} | {', '.join(v.name for v in versions)} | "
+                     f"{newest.entry['metrics']['recovered']:.3f} | {measured_on(newest)} |")
+    return "\n".join(lines)
+
+
+def blocks() -> dict[str, str]:
+    """The README's generated blocks by marker name."""
+    return {"expect-s2g": expect_markdown("s2g"), "expect-g2s": expect_markdown("g2s"), "adapters": adapters_markdown()}
+
+
+def write_blocks(path: Path, generated: dict[str, str]) -> None:
+    """Rewrite each generated block of a Markdown file between its <!-- gen:NAME --> and <!-- /gen:NAME --> lines."""
+    text = path.read_text()
+    for name, body in generated.items():
+        pattern = re.compile(rf"(<!-- gen:{name} -->\n)(?:.*?\n)?(<!-- /gen:{name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{path.name} lacks the <!-- gen:{name} --> ... <!-- /gen:{name} --> markers")
+        text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    path.write_text(text)
+
+
+def generated_block(text: str, name: str) -> str:
+    """What a Markdown file holds between its <!-- gen:NAME --> markers."""
+    return text.split(f"<!-- gen:{name} -->\n", 1)[1].split(f"\n<!-- /gen:{name} -->", 1)[0]
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv[1:]:
+        write_blocks(ROOT / "README.md", blocks())
+    else:
+        for name, body in blocks().items():
+            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
