@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -129,9 +130,9 @@ def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "a
                 kls = [kl_to_teacher(transferred_logits(adapter, receiver, b), native_logits(receiver, b))
                        for b in batches[:AUTO_BATCHES]]
                 scores[name] = float(torch.stack(kls).mean())
-        if progress:
+        if progress:  # a message, not data: stderr
             print("starting maps, receiver KL on training batches: "
-                  + ", ".join(f"{name} {kl:.3f}" for name, kl in scores.items()))
+                  + ", ".join(f"{name} {kl:.3f}" for name, kl in scores.items()), file=sys.stderr)
     chosen = min(scores, key=scores.get) if scores else names[0]
     start = candidates[chosen]
     start.config.extra = {**start.config.extra, "init": chosen, "init_kl": scores}
