@@ -13,7 +13,8 @@ from rich.markup import escape
 from heterofold_hub.commands.bench import DEFAULT_CONTEXTS, BenchArgs
 from heterofold_hub.commands.compose import ComposeArgs
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS, EvalArgs
-from heterofold_hub.commands.conventions import EXIT_FAILURE, EXIT_USAGE, data, deprecated, messages, renamed
+from heterofold_hub.commands import conventions  # its `data` console: commands have a --data option
+from heterofold_hub.commands.conventions import EXIT_FAILURE, EXIT_USAGE, deprecated, renamed
 from heterofold_hub.commands.hub_cli import HUB_COMMANDS, PIVOT
 from heterofold_hub.commands.plain_help import PlainHelpCommand, PlainHelpGroup
 from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs
@@ -42,7 +43,7 @@ def _print_version(value: bool) -> None:
     if value:
         from heterofold_hub import __version__
 
-        data.print(f"hf-fold {__version__}", highlight=False)
+        conventions.data.print(f"hf-fold {__version__}", highlight=False)
         raise typer.Exit()
 
 
@@ -120,7 +121,7 @@ def eval_command(
         from heterofold_hub.commands.evaluate import run_eval
 
         run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype,
-                          recompute=recompute, select=select, repair_layers=repair_layers), data)
+                          recompute=recompute, select=select, repair_layers=repair_layers), conventions.data)
         return
     given = [flag for flag, value in (("--windows", windows), ("--dtype", dtype)) if value not in (None, EvalArgs.dtype)]
     if given:
@@ -130,7 +131,7 @@ def eval_command(
     args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
                          docs=RetrievalArgs.docs if docs is None else docs, question_by=question_by,
                          recompute=recompute, select=select, repair_layers=repair_layers)
-    run_retrieval(args, data)
+    run_retrieval(args, conventions.data)
 
 
 @app.command("train", **COMMAND)
@@ -199,7 +200,7 @@ def train_command(
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
                         calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via,
-                        init_adapter=init_adapter), data)
+                        init_adapter=init_adapter), conventions.data)
 
 
 @app.command("compose", **COMMAND)
@@ -254,7 +255,7 @@ def compose_command(
                             heldout=heldout, eval_windows=eval_windows, context_tokens=context_tokens,
                             continuation_tokens=continuation_tokens, batch_size=batch_size, registry=registry,
                             hub_dir=hub_dir, token=token, rematch_data=rematch_data,
-                            rematch_windows=rematch_windows), data)
+                            rematch_windows=rematch_windows), conventions.data)
 
 
 @app.command("bench", **COMMAND)
@@ -286,7 +287,7 @@ def bench_command(
 
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
-                                pivot=pivot), data)
+                                pivot=pivot), conventions.data)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py
@@ -316,7 +317,7 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     table = Table(show_header=False, box=None)
     for name, value in info.items():
         table.add_row(f"[bold]{name}[/]", value)
-    data.print(table, highlight=False)
+    conventions.data.print(table, highlight=False)
 
 
 def run() -> None:
@@ -331,7 +332,7 @@ def run() -> None:
     except HeteroFoldError as err:
         if DEBUG["on"]:
             raise
-        messages.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+        conventions.messages.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         sys.exit(EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILURE)
 
 
