@@ -1,6 +1,7 @@
 """`hf-fold train` end to end on local model folders: a complete adapter package, and refusals."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ def package(pair_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "adapter"
     run = hf_fold(*train_args(pair_dirs, out))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # stderr is a pipe here: Lightning's bar gives way to plain lines, the last one the final step's
+    assert re.search(r"^step 3/3 kl=\S+$", run.stderr, re.M), run.stderr[-3000:]
+    assert "recovered" in run.stdout and f"wrote adapter package to {out}" in " ".join(run.stderr.split())
     return out
 
 

@@ -11,6 +11,11 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 LABELS = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH"}
 
 
+def type_label(param) -> str:
+    annotation = param.type_descriptor.annotation  # list[Path] for a repeatable option: its items' label
+    return LABELS.get(annotation) or LABELS.get(next(iter(getattr(annotation, "__args__", ())), None), "VALUE")
+
+
 def label_params(params: list) -> list:
     """Give each parameter without a metavar a plain one (once: later calls find it set)."""
     for param in params:
@@ -18,11 +23,12 @@ def label_params(params: list) -> list:
             continue
         if isinstance(param, TyperArgument):
             param.metavar = param.name.upper()
+            # an argument's type column ignores its metavar: give it the plain label too
+            param.display_type_rich = lambda ctx, label=type_label(param): label
         elif getattr(param, "is_flag", False):
             param.metavar = ""  # --resume/--no-resume says it all
         else:
-            annotation = param.type_descriptor.annotation
-            param.metavar = LABELS.get(annotation) or LABELS.get(next(iter(getattr(annotation, "__args__", ())), None), "VALUE")
+            param.metavar = type_label(param)
     return params
 
 
