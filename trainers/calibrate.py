@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.forward import native_logits, transferred_logits
@@ -21,6 +21,7 @@ from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule
 from .faults import GoodCheckpoint, training_faults
 from .module import CalibrationModule, kl_to_teacher
+from .progress import TrainingProgress
 from .unfolded import UnfoldedAffine
 
 # Lightning's start-up chatter (accelerator summary, product tips) and a deprecation inside Lightning
@@ -92,12 +93,12 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         calib.free()  # only if its holder is done with it (starting_map already has)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
                                max_steps=o.steps, copy_weight=o.copy_weight)
-    shown = training_progress() if progress else None
-    callbacks += [shown] if shown is not None else []
+    if progress:  # our own, in steps and on stderr, instead of Lightning's epoch bar on stdout
+        callbacks.append(TrainingProgress())
     trainer = L.Trainer(
         accelerator="auto", devices=o.devices, strategy=o.strategy, precision=o.precision, max_steps=o.steps,
         max_time={"minutes": o.max_minutes} if o.max_minutes else None, accumulate_grad_batches=o.accumulate,
-        enable_progress_bar=isinstance(shown, ProgressBar), enable_model_summary=False, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, logger=False,
         enable_checkpointing=o.default_root_dir is not None, default_root_dir=o.default_root_dir, deterministic=True,
         callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False, plugins=[AtomicCheckpointIO()],
     )
@@ -113,20 +114,6 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
     del trainer, module
     gc.collect()
     return adapter
-
-
-def training_progress():
-    """Lightning's progress callback, on stderr like all progress: a rich bar on a terminal, plain
-    ``step i/n kl=...`` lines off one (a log or a pipe would get the bar's redraws as one endless line)."""
-    from heterofold_hub.progress import stderr_console
-
-    if stderr_console().is_terminal:
-        from lightning.pytorch.callbacks import RichProgressBar
-
-        return RichProgressBar(leave=False, console_kwargs={"stderr": True})
-    from .plain_progress import PlainTrainingProgress
-
-    return PlainTrainingProgress()
 
 
 def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "all", sources_per_layer: int = 2,
