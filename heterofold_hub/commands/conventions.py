@@ -7,7 +7,9 @@ from __future__ import annotations
 from rich.console import Console
 
 data = Console()  # stdout: what the command produces
-messages = Console(stderr=True)  # stderr: what it says while producing it
+# stderr: what it says while producing it; never wrapped by rich (a terminal wraps itself; a log should keep an
+# error or a path on one line, for grep)
+messages = Console(stderr=True, soft_wrap=True)
 
 EXIT_FAILURE = 1  # the command could not do its work (a missing adapter, a hub error, a corrupt file)
 EXIT_USAGE = 2  # the command line itself is wrong (click's own usage errors exit 2 as well)
