@@ -193,13 +193,13 @@ def train_command(
     """
     from trainers.train import run_train
 
-    via = renamed("--pivot", pivot, "--via", via)
+    pivot = renamed("--pivot", pivot, "--via", via)
     run_train(TrainArgs(sender=sender, receiver=receiver, data=data, heldout=heldout, out=out, method=method,
                         max_steps=max_steps, context_tokens=context_tokens, continuation_tokens=continuation_tokens,
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
-                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via,
+                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=pivot,
                         init_adapter=init_adapter), conventions.data)
 
 
