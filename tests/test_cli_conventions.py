@@ -125,3 +125,28 @@ def test_progress_bar_picks_plain_lines_for_a_non_terminal_stream():
     with progress_bar(False, console=Console(file=stream)) as bar:  # progress=False: nothing at all
         bar.advance(bar.add_task("quiet", total=1))
     assert stream.getvalue() == "evaluating: 2/2\n"
+
+
+@pytest.mark.filterwarnings(r"ignore:.*isinstance\(treespec, LeafSpec\)")  # inside Lightning, as calibrate.py
+@pytest.mark.parametrize("terminal", [True, False])
+def test_training_progress_counts_optimizer_steps_with_the_loss(terminal):
+    import lightning as L
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from trainers.progress import TrainingProgress
+
+    class Model(BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("kl", out["loss"])
+            return out
+
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=terminal, width=120)
+    trainer = L.Trainer(max_steps=3, callbacks=[TrainingProgress(console, every_s=3600)], enable_progress_bar=False,
+                        logger=False, enable_checkpointing=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(Model())
+    if terminal:  # a bar in steps, not Lightning's epochs
+        assert "calibration" in stream.getvalue() and "100%" in stream.getvalue()
+    else:  # with a line every hour at most: only the last step's
+        assert re.fullmatch(r"step 3/3 kl=\S+\n", stream.getvalue()), stream.getvalue()
