@@ -8,19 +8,26 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from heterofold_hub.commands.bench import DEFAULT_CONTEXTS, BenchArgs
 from heterofold_hub.commands.compose import ComposeArgs
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS, EvalArgs
-from heterofold_hub.commands.hub_cli import HUB_COMMANDS, PIVOT, console
+from heterofold_hub.commands import conventions  # its `data` console: commands have a --data option
+from heterofold_hub.commands.conventions import EXIT_FAILURE, EXIT_USAGE, deprecated, renamed
+from heterofold_hub.commands.hub_cli import HUB_COMMANDS, PIVOT
+from heterofold_hub.commands.plain_help import PlainHelpCommand, PlainHelpGroup
 from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 from trainers.train import CALIB_WINDOWS, TrainArgs
 
 # Every default lives in its command's arguments dataclass (EvalArgs, TrainArgs, ...); the options below read them.
 
-app = typer.Typer(help="Share KV caches between LLMs of different families.", no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(help="Share KV caches between LLMs of different families.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, cls=PlainHelpGroup,
+                  context_settings={"help_option_names": ["-h", "--help"]})  # inherited by every command
+COMMAND = {"cls": PlainHelpCommand}  # plain labels in every command's --help
 DEBUG = {"on": False}
 
 # Options that mean the same in every command (typer lets one OptionInfo serve several commands).
@@ -36,7 +43,7 @@ def _print_version(value: bool) -> None:
     if value:
         from heterofold_hub import __version__
 
-        console.print(f"hf-fold {__version__}", highlight=False)
+        conventions.data.print(f"hf-fold {__version__}", highlight=False)
         raise typer.Exit()
 
 
@@ -48,7 +55,7 @@ def main(
     DEBUG["on"] = debug or bool(os.environ.get("HF_FOLD_DEBUG"))
 
 
-@app.command("eval")
+@app.command("eval", **COMMAND)
 def eval_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
@@ -102,7 +109,7 @@ def eval_command(
     """
     tasks = ("fidelity", "retrieval")
     if task not in tasks:
-        raise HeteroFoldError(f"--task: unknown {task!r}; choose from {', '.join(tasks)}")
+        raise UsageError(f"--task: unknown {task!r}; choose from {', '.join(tasks)}")
     common = dict(sender=sender, receiver=receiver, methods=[m.strip() for m in methods.split(",") if m.strip()],
                   data=data, calib_data=calib_data, context_tokens=context_tokens,
                   continuation_tokens=continuation_tokens, calib_windows=calib_windows, batch_size=batch_size,
@@ -110,24 +117,24 @@ def eval_command(
     if task == "fidelity":
         given = [flag for flag, value in (("--lengths", lengths), ("--docs", docs), ("--plot", plot_path)) if value is not None]
         if given:
-            raise HeteroFoldError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
+            raise UsageError(f"{', '.join(given)} only apply to --task retrieval; add --task retrieval or drop them")
         from heterofold_hub.commands.evaluate import run_eval
 
         run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype,
-                          recompute=recompute, select=select, repair_layers=repair_layers), console)
+                          recompute=recompute, select=select, repair_layers=repair_layers), conventions.data)
         return
     given = [flag for flag, value in (("--windows", windows), ("--dtype", dtype)) if value not in (None, EvalArgs.dtype)]
     if given:
-        raise HeteroFoldError(f"{', '.join(given)}: only for --task fidelity; retrieval takes --lengths and --docs")
+        raise UsageError(f"{', '.join(given)}: only for --task fidelity; retrieval takes --lengths and --docs")
     from heterofold_hub.commands.retrieval import parse_lengths, run_retrieval
 
     args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
                          docs=RetrievalArgs.docs if docs is None else docs, question_by=question_by,
                          recompute=recompute, select=select, repair_layers=repair_layers)
-    run_retrieval(args, console)
+    run_retrieval(args, conventions.data)
 
 
-@app.command("train")
+@app.command("train", **COMMAND)
 def train_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
@@ -159,13 +166,14 @@ def train_command(
                                           "reads (the best-correlated ones, or the nearest in depth)."),
     init: str = typer.Option(TrainArgs.init, help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
                              "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
-                             "composed (two adapters through a pivot: --via or --init-adapter)."),
+                             "composed (two adapters through a pivot: --pivot or --init-adapter)."),
     max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
     copy_weight: float = typer.Option(TrainArgs.copy_weight, help="Extra calibration-loss weight on continuation "
                                       "tokens that repeat the context (4-gram match): the tokens a receiver copies, "
                                       "as in retrieval. 0: every token weighs the same."),
-    via: Optional[str] = typer.Option(None, "--via", help="--init composed: the pivot whose registered adapters "
-                                      "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
+    pivot: Optional[str] = typer.Option(None, "--pivot", help="--init composed: the pivot whose registered adapters "
+                                        "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
+    via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
     init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init composed: start from this "
                                                 "package of `hf-fold compose` instead."),
 ):
@@ -178,27 +186,32 @@ def train_command(
       hf-fold train --sender heterofold/tiny-qwen-code --receiver heterofold/tiny-llama-code --out adapters/q2l
 
       hf-fold train --sender heterofold/tiny-llama-code --receiver gguf/gemma3-270m-q4_k_m --init composed \\
-        --via gguf/smollm2-135m-instruct-q4_1 --max-minutes 2
+        --pivot gguf/smollm2-135m-instruct-q4_1 --max-minutes 2
 
       hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
         --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp
     """
     from trainers.train import run_train
 
+    pivot = renamed("--pivot", pivot, "--via", via)
     run_train(TrainArgs(sender=sender, receiver=receiver, data=data, heldout=heldout, out=out, method=method,
                         max_steps=max_steps, context_tokens=context_tokens, continuation_tokens=continuation_tokens,
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
-                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=via,
-                        init_adapter=init_adapter), console)
+                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=pivot,
+                        init_adapter=init_adapter), conventions.data)
 
 
-@app.command("compose")
+@app.command("compose", **COMMAND)
 def compose_command(
-    sender: str = typer.Argument(..., help="Sender model id or local folder (A)."),
-    receiver: str = typer.Argument(..., help="Receiver model id or local folder (B)."),
-    via: str = typer.Option(..., "--via", help="Pivot model id P: composes adapters A -> P and P -> B."),
+    sender: Optional[str] = typer.Option(None, "--sender", help="Sender model id or local folder A (required)."),
+    receiver: Optional[str] = typer.Option(None, "--receiver", help="Receiver model id or local folder B (required)."),
+    pivot: Optional[str] = typer.Option(None, "--pivot", help="Pivot model id P (required): composes adapters A -> P "
+                                        "and P -> B."),
+    old_sender: Optional[str] = typer.Argument(None, hidden=True, help="Old form of --sender."),
+    old_receiver: Optional[str] = typer.Argument(None, hidden=True, help="Old form of --receiver."),
+    via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
     out: Path = typer.Option(..., "--out", help="New folder for the composed adapter package."),
     first: Optional[Path] = typer.Option(None, "--first", help="Package A -> P to use (default: the registry's best)."),
     second: Optional[Path] = typer.Option(None, "--second", help="Package P -> B to use (default: the registry's best)."),
@@ -218,22 +231,34 @@ def compose_command(
 
     Examples:
 
-      hf-fold compose heterofold/tiny-llama-code gguf/gemma3-270m-q4_k_m --via gguf/smollm2-135m-instruct-q4_1 --out runs/l2g
+      hf-fold compose --sender heterofold/tiny-llama-code --receiver gguf/gemma3-270m-q4_k_m \\
+        --pivot gguf/smollm2-135m-instruct-q4_1 --out runs/l2g
 
-      hf-fold compose ./a ./b --via ./p --first runs/a2p --second runs/p2b --out runs/a2b --eval-windows 0
+      hf-fold compose --sender ./a --receiver ./b --pivot ./p --first runs/a2p --second runs/p2b --out runs/a2b \\
+        --eval-windows 0
 
-      hf-fold compose ./a ./b --via ./p --rematch-data bundled:calib --out runs/a2b-rematched
+      hf-fold compose --sender ./a --receiver ./b --pivot ./p --rematch-data bundled:calib --out runs/a2b-rematched
     """
     from heterofold_hub.commands.compose import run_compose
 
-    run_compose(ComposeArgs(sender=sender, receiver=receiver, via=via, out=out, first=first, second=second,
+    if (old_sender, old_receiver) != (None, None):  # the first form: `hf-fold compose A B --via P`
+        if (sender, receiver) != (None, None):
+            raise UsageError("give --sender and --receiver, not also positional SENDER RECEIVER (their old form)")
+        deprecated("positional SENDER RECEIVER", "--sender SENDER --receiver RECEIVER")
+        sender, receiver = old_sender, old_receiver
+    pivot = renamed("--pivot", pivot, "--via", via)
+    missing = [flag for flag, value in (("--sender", sender), ("--receiver", receiver), ("--pivot", pivot)) if value is None]
+    if missing:
+        raise UsageError(f"hf-fold compose: give {', '.join(missing)} (e.g. hf-fold compose --sender A --receiver B "
+                         "--pivot P --out DIR)")
+    run_compose(ComposeArgs(sender=sender, receiver=receiver, via=pivot, out=out, first=first, second=second,
                             heldout=heldout, eval_windows=eval_windows, context_tokens=context_tokens,
                             continuation_tokens=continuation_tokens, batch_size=batch_size, registry=registry,
                             hub_dir=hub_dir, token=token, rematch_data=rematch_data,
-                            rematch_windows=rematch_windows), console)
+                            rematch_windows=rematch_windows), conventions.data)
 
 
-@app.command("bench")
+@app.command("bench", **COMMAND)
 def bench_command(
     sender: Optional[str] = typer.Option(None, help="Sender id or folder (default: the demo pair, both directions)."),
     receiver: Optional[str] = typer.Option(None, help="Receiver id or folder."),
@@ -272,14 +297,14 @@ def bench_command(
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
                                 pivot=pivot, recompute=recompute, select=select, repair_layers=repair_layers,
-                                query=query), console)
+                                query=query), conventions.data)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py
-    app.command(_name)(_command)
+    app.command(_name, **COMMAND)(_command)
 
 
-@app.command("env")
+@app.command("env", **COMMAND)
 def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
     """Show what this install runs with: versions, devices, folders and the CPU kernel. Paste it into bug reports.
 
@@ -302,22 +327,23 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     table = Table(show_header=False, box=None)
     for name, value in info.items():
         table.add_row(f"[bold]{name}[/]", value)
-    console.print(table, highlight=False)
+    conventions.data.print(table, highlight=False)
 
 
 def run() -> None:
-    """Entry point: project errors become one clear message and exit code 2 (``--debug`` for tracebacks).
-    Usage errors (an unknown option, a missing argument) are click's own to print, with exit code 2."""
+    """Entry point: a project error becomes one clear message on stderr and exit code 2 for a usage error (a bad
+    flag value, contradicting flags), 1 for any other failure (``--debug`` for tracebacks). Click's own usage errors
+    (an unknown option, a missing argument) are its own to print, with exit code 2."""
     # transformers' per-load "Loading weights" bars (and huggingface_hub's); our own progress stays. Set in the
     # environment, read when they are first imported: importing transformers here would cost every command 1 s.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
-        app()
+        app(prog_name="hf-fold")  # not "cli.py" in usage lines when run from a checkout
     except HeteroFoldError as err:
         if DEBUG["on"]:
             raise
-        console.print(f"[bold red]error:[/] {err}", highlight=False)
-        sys.exit(2)
+        conventions.messages.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+        sys.exit(EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILURE)
 
 
 if __name__ == "__main__":

@@ -38,23 +38,23 @@ case "${1:-}" in
   compose)  # the legs: this check's direct adapters and the shipped real-pair adapters (runs/real/)
     if [ "${2:-}" = rematch ]; then  # v1.1.0 second legs, the first leg's pivot K/V recoloured to the pivot's moments
       REMATCH="--rematch-data bundled:train-natural --rematch-windows 64"
-      $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide $REMATCH \
+      $FOLD compose --sender $LLAMA --receiver $GEMMA --pivot $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide $REMATCH \
         --out runs/pivot/l2g-via-s-rematch
-      $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide $REMATCH \
+      $FOLD compose --sender $LLAMA --receiver $SMOL --pivot $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide $REMATCH \
         --out runs/pivot/l2s-via-g-rematch
       cp runs/pivot/l2g-via-s-rematch/metrics.json $OUT/fidelity-l2g-composed-rematch.json
       cp runs/pivot/l2s-via-g-rematch/metrics.json $OUT/fidelity-l2s-composed-rematch.json
       exit 0
     fi
     if [ "${2:-}" = wide ]; then  # the second leg: the real pair's v1.1.0 (bundled:wide) adapters
-      $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide --out runs/pivot/l2g-via-s-wide
-      $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide --out runs/pivot/l2s-via-g-wide
+      $FOLD compose --sender $LLAMA --receiver $GEMMA --pivot $SMOL --first runs/pivot/l2s --second runs/real/s2g-wide --out runs/pivot/l2g-via-s-wide
+      $FOLD compose --sender $LLAMA --receiver $SMOL --pivot $GEMMA --first runs/pivot/l2g --second runs/real/g2s-wide --out runs/pivot/l2s-via-g-wide
       cp runs/pivot/l2g-via-s-wide/metrics.json $OUT/fidelity-l2g-composed-wide.json
       cp runs/pivot/l2s-via-g-wide/metrics.json $OUT/fidelity-l2s-composed-wide.json
       exit 0
     fi
-    $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s --second runs/real/s2g-natural --out runs/pivot/l2g-via-s
-    $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g --second runs/real/g2s --out runs/pivot/l2s-via-g
+    $FOLD compose --sender $LLAMA --receiver $GEMMA --pivot $SMOL --first runs/pivot/l2s --second runs/real/s2g-natural --out runs/pivot/l2g-via-s
+    $FOLD compose --sender $LLAMA --receiver $SMOL --pivot $GEMMA --first runs/pivot/l2g --second runs/real/g2s --out runs/pivot/l2s-via-g
     cp runs/pivot/l2g-via-s/metrics.json $OUT/fidelity-l2g-composed.json
     cp runs/pivot/l2s-via-g/metrics.json $OUT/fidelity-l2s-composed.json
     ;;
@@ -92,8 +92,8 @@ case "${1:-}" in
         $FOLD train --sender $SMOL --receiver $GEMMA $SAME --method kv-ridge --out runs/pivot/s2g-kv-ridge
         for pair in "g2l $GEMMA $SMOL s2l g2s" "s2l $SMOL $GEMMA g2l s2g"; do
           set -- $pair
-          $FOLD compose $2 $LLAMA --via $3 --second runs/pivot/$4 --out runs/pivot/$1-via-pivot
-          $FOLD compose $2 $LLAMA --via $3 --first runs/pivot/$5-kv-ridge --second runs/pivot/$4 \
+          $FOLD compose --sender $2 --receiver $LLAMA --pivot $3 --second runs/pivot/$4 --out runs/pivot/$1-via-pivot
+          $FOLD compose --sender $2 --receiver $LLAMA --pivot $3 --first runs/pivot/$5-kv-ridge --second runs/pivot/$4 \
             --out runs/pivot/$1-via-pivot-ridge
           cp runs/pivot/$1-via-pivot/metrics.json $OUT/fidelity-$1-composed.json
           cp runs/pivot/$1-via-pivot-ridge/metrics.json $OUT/fidelity-$1-composed-ridge.json
@@ -136,8 +136,8 @@ case "${1:-}" in
     esac
     ;;
   ridge)  # tiny-llama -> each real model through the other, the first leg KV Ridge (pivot.sh baselines' fits)
-    $FOLD compose $LLAMA $GEMMA --via $SMOL --first runs/pivot/l2s-kv-ridge --out runs/pivot/l2g-via-s-ridge
-    $FOLD compose $LLAMA $SMOL --via $GEMMA --first runs/pivot/l2g-kv-ridge --out runs/pivot/l2s-via-g-ridge
+    $FOLD compose --sender $LLAMA --receiver $GEMMA --pivot $SMOL --first runs/pivot/l2s-kv-ridge --out runs/pivot/l2g-via-s-ridge
+    $FOLD compose --sender $LLAMA --receiver $SMOL --pivot $GEMMA --first runs/pivot/l2g-kv-ridge --out runs/pivot/l2s-via-g-ridge
     cp runs/pivot/l2g-via-s-ridge/metrics.json $OUT/fidelity-l2g-composed-ridge.json
     cp runs/pivot/l2s-via-g-ridge/metrics.json $OUT/fidelity-l2s-composed-ridge.json
     ;;

@@ -23,3 +23,8 @@ class IntegrityError(HeteroFoldError):
 
 class TrainingError(HeteroFoldError):
     """A training run that cannot go on (the loss diverged, memory ran out); the message names the flags to change."""
+
+
+class UsageError(HeteroFoldError):
+    """A command line that cannot work as given: a bad flag value, flags that contradict each other, an unknown name.
+    ``hf-fold`` exits 2 for these (like click's own usage errors) and 1 for every other failure."""

@@ -179,8 +179,8 @@ class HeteroFoldModel:
             raise HeteroFoldError("There is no adapter to push: this model fell back to native prefill.")
         if self.resolved.folder is None:
             raise HeteroFoldError("This adapter was composed in memory and has no held-out metrics to publish: write "
-                                  f"it with `hf-fold compose {self.sender.name} {self.receiver.name} --via "
-                                  f"{self.resolved.path.pivot} --out DIR` (which scores it), then `hf-fold push DIR`.")
+                                  f"it with `hf-fold compose --sender {self.sender.name} --receiver {self.receiver.name} "
+                                  f"--pivot {self.resolved.path.pivot} --out DIR` (which scores it), then `hf-fold push DIR`.")
         return push_package(self.resolved.folder, repo_id=repo_id, version=version,
                             hub=get_hub(hub, hub_dir=hub_dir, token=token),
                             registry=open_registry(registry, must_exist=False))

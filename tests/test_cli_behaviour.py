@@ -22,7 +22,8 @@ BAD = {
     "show": (["nobody/no-such-adapter"], "nobody/no-such-adapter"),
     "search": (["--registry", "/no/such/registry.json", "qwen"], "/no/such/registry.json"),
     "env": (["--nope"], "No such option: --nope"),  # a usage error from the parser itself
-    "compose": (["a/x", "b/y", "--via", "a/x", "--out", "/tmp/nowhere"], "must be three different models"),
+    "compose": (["--sender", "a/x", "--receiver", "b/y", "--pivot", "a/x", "--out", "/tmp/nowhere"],
+                "must be three different models"),
 }
 
 

@@ -25,20 +25,21 @@ def test_eval_writes_table_and_json(pair_dirs):
     native = result["methods"]["native"]
     assert native["kl"] == pytest.approx(0, abs=1e-6) and native["top1"] == 1 and native["recovered"] == pytest.approx(1)
     assert result["methods"]["no-context"]["recovered"] == pytest.approx(0, abs=1e-6)
-    assert "kv-ridge" in run.stdout and "recovered" in run.stdout
+    assert "kv-ridge" in run.stdout and "recovered" in run.stdout  # the table is data: stdout
+    assert f"wrote {out}" in run.stderr and "wrote" not in run.stdout
 
 
 def test_eval_refuses_overlapping_calibration_and_heldout(pair_dirs):
     run = hf_fold("eval", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
                   "--data", str(pair_dirs / "calib.txt"), "--calib-data", str(pair_dirs / "calib.txt"))
-    assert run.returncode == 2 and "share passages" in run.stdout
+    assert run.returncode == 2 and "share passages" in run.stderr and run.stdout == ""
 
 
 def test_eval_argument_problems_are_gathered():
     run = hf_fold("eval", "--methods", "magic", "--windows", "0", "--sender", "a", "--receiver", "a")
-    assert run.returncode == 2
+    assert run.returncode == 2 and run.stdout == ""
     for flag in ("--methods", "--windows", "--sender and --receiver"):
-        assert flag in run.stdout
+        assert flag in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
 
 
@@ -113,4 +114,4 @@ def test_bench_argument_problems_are_gathered():
     assert run.returncode == 2
     for flag in ("--sender and --receiver", "--contexts", "--repeats", "--dtype: 'fp8'; choose from float32",
                  "--device: 'tpu'"):
-        assert flag in run.stdout
+        assert flag in run.stderr

@@ -1,6 +1,7 @@
 """`hf-fold train` end to end on local model folders: a complete adapter package, and refusals."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ def package(pair_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "adapter"
     run = hf_fold(*train_args(pair_dirs, out))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # stderr is a pipe here: Lightning's bar gives way to plain lines, the last one the final step's
+    assert re.search(r"^step 3/3 kl=\S+$", run.stderr, re.M), run.stderr[-3000:]
+    assert "recovered" in run.stdout and f"wrote adapter package to {out}" in " ".join(run.stderr.split())
     return out
 
 
@@ -48,14 +52,14 @@ def test_train_refuses_to_overwrite_a_different_adapter(pair_dirs, tmp_path):
     out = tmp_path / "adapter"
     assert hf_fold(*train_args(pair_dirs, out, "--method", "kv-ridge")).returncode == 0
     run = hf_fold(*train_args(pair_dirs, out))
-    assert run.returncode == 2 and "already holds a different adapter" in run.stdout
+    assert run.returncode == 2 and "already holds a different adapter" in run.stderr
 
 
 def test_train_argument_problems_are_gathered_before_loading(tmp_path):
     run = hf_fold("train", "--method", "magic", "--precision", "fp7", "--continuation-tokens", "600", "--sender", "x", "--receiver", "x")
-    assert run.returncode == 2
+    assert run.returncode == 2 and run.stdout == ""
     for flag in ("--method", "--precision", "--continuation-tokens", "--sender and --receiver"):
-        assert flag in run.stdout
+        assert flag in run.stderr
 
 
 def test_eval_scores_a_trained_package_beside_the_methods(package, pair_dirs, tmp_path):
@@ -80,7 +84,7 @@ def test_eval_scores_packages_alone_with_no_methods(package, pair_dirs, tmp_path
     assert result["methods"]["heterofold"]["kl"] == pytest.approx(trained["kl"], rel=1e-4)
     # With nothing to score the command says so, naming both ways out.
     run = hf_fold(*eval_args(pair_dirs, "--methods", ""))
-    assert run.returncode == 2 and "--methods" in run.stdout and "--adapter" in run.stdout
+    assert run.returncode == 2 and "--methods" in run.stderr and "--adapter" in run.stderr
 
 
 def test_eval_in_bfloat16_maps_and_scores_in_bfloat16(package, pair_dirs, tmp_path):
@@ -95,26 +99,26 @@ def test_eval_in_bfloat16_maps_and_scores_in_bfloat16(package, pair_dirs, tmp_pa
     # bf16 rounding moves the figures a little, not the picture: the same windows, scored in another dtype
     assert half["kl"] != full["kl"] and half["recovered"] == pytest.approx(full["recovered"], abs=0.05)
     run = hf_fold(*eval_args(pair_dirs, "--methods", "", "--adapter", str(package), "--dtype", "float64"))
-    assert run.returncode == 2 and "--dtype: 'float64'; choose from float32, bfloat16, float16" in run.stdout
+    assert run.returncode == 2 and "--dtype: 'float64'; choose from float32, bfloat16, float16" in run.stderr
 
 
 def test_eval_refuses_a_package_of_another_pair(package, pair_dirs):
     run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
                              sender="receiver", receiver="sender"))
-    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "does not fit" in run.stdout and "KV layout differs" in run.stdout and "Traceback" not in run.stdout
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]  # a failure, not a usage error
+    assert "does not fit" in run.stderr and "KV layout differs" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_eval_refuses_a_package_trained_on_the_eval_text(package, pair_dirs):
     # The package was trained on calib.txt: scoring it there would report seen text as held out.
     run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
                              data="calib.txt", calib="heldout.jsonl"))
-    assert run.returncode == 2 and "must never be trained on" in run.stdout
+    assert run.returncode == 2 and "must never be trained on" in run.stderr
 
 
 def test_eval_refuses_a_folder_that_is_not_a_package(tmp_path):
     run = hf_fold("eval", "--adapter", str(tmp_path))
-    assert run.returncode == 2 and "--adapter" in run.stdout and "not an adapter package" in run.stdout
+    assert run.returncode == 2 and "--adapter" in run.stderr and "not an adapter package" in run.stderr
 
 
 def test_train_refuses_empty_and_too_short_data(pair_dirs, tmp_path):
@@ -125,7 +129,8 @@ def test_train_refuses_empty_and_too_short_data(pair_dirs, tmp_path):
         run = hf_fold("train", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
                       "--data", str(data), "--heldout", str(pair_dirs / "heldout.jsonl"), "--out", str(tmp_path / "out"),
                       "--context-tokens", "48", "--continuation-tokens", "8")
-        assert run.returncode == 2 and message in run.stdout and "Traceback" not in run.stdout + run.stderr, run.stdout
+        # unreadable data is a failure (1), not a usage error (2)
+        assert run.returncode == 1 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
         assert not (tmp_path / "out" / "adapter_config.json").exists()
 
 
@@ -141,7 +146,7 @@ def test_train_sources_per_layer_sets_how_many_sender_layers_each_map_reads(pair
 def test_train_refuses_more_sources_per_layer_than_the_sender_has(pair_dirs, tmp_path):
     run = hf_fold(*train_args(pair_dirs, tmp_path / "out", "--sources-per-layer", "4"))
     assert run.returncode == 2 and "Traceback" not in run.stdout + run.stderr
-    assert "--sources-per-layer 4" in run.stdout and "at most 3" in run.stdout, run.stdout
+    assert "--sources-per-layer 4" in run.stderr and "at most 3" in run.stderr, run.stderr
     assert not (tmp_path / "out" / "adapter_config.json").exists()
     run = hf_fold("train", "--sources-per-layer", "0", "--sender", "x", "--receiver", "y")
-    assert run.returncode == 2 and "--sources-per-layer: 0 is too small (minimum 1)" in run.stdout
+    assert run.returncode == 2 and "--sources-per-layer: 0 is too small (minimum 1)" in run.stderr

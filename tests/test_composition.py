@@ -214,17 +214,17 @@ def test_compose_cli_writes_a_package_that_pushes_with_both_parents_on_its_card(
     root, _ = trio
     registry, hub_dir = publish(root, tmp_path)
     out = tmp_path / "a2b"
-    args = ["compose", str(root / "a"), str(root / "b"), "--via", "tester/p", "--out", str(out), "--registry",
+    args = ["compose", "--sender", str(root / "a"), "--receiver", str(root / "b"), "--pivot", "tester/p", "--out", str(out), "--registry",
             str(registry), "--hub-dir", str(hub_dir), "--eval-windows", "2", "--context-tokens", "32",
             "--continuation-tokens", "8"]
     heldout = tmp_path / "heldout.txt"
     heldout.write_text(texts(8)[7])  # the standard library's textwrap, which the legs' bundled:train-natural holds
     seen = hf_fold(*args, "--heldout", str(heldout))
-    assert seen.returncode == 2 and "A parent was trained on 'bundled:train-natural'" in seen.stdout
+    assert seen.returncode == 2 and "A parent was trained on 'bundled:train-natural'" in seen.stderr
     assert not out.exists()
     run = hf_fold(*args, "--heldout", "bundled:unseen-prose")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "parent:" in run.stdout and "tester/second v1.0.0" in run.stdout
+    assert "parent:" in run.stderr and "tester/second v1.0.0" in run.stderr  # what was composed: a message
     composed = load_adapter(out)
     assert isinstance(composed, ComposedAdapter) and composed.config.method == "composed"
     assert json.loads((out / METRICS_NAME).read_text())["methods"]["composed"]["kl"] >= 0
@@ -296,7 +296,7 @@ def test_train_init_composed_calibrates_from_the_composition(trio, tmp_path):
             "bundled:unseen-prose", "--context-tokens", "32", "--continuation-tokens", "8", "--windows", "4",
             "--calib-windows", "2", "--eval-windows", "2", "--max-steps", "2", "--init", "composed"]
     missing = hf_fold(*args, "--out", str(tmp_path / "x"))
-    assert missing.returncode == 2 and "give --via PIVOT" in missing.stdout
+    assert missing.returncode == 2 and "give --pivot PIVOT" in missing.stderr
     run = hf_fold(*args, "--init-adapter", str(package), "--lr", "1e-30", "--out", str(tmp_path / "trained"))
     assert run.returncode == 0, run.stdout + run.stderr
     trained = load_adapter(tmp_path / "trained")

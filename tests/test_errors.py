@@ -86,5 +86,5 @@ def test_unknown_hub_id_offline_gives_one_clear_cli_error():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     run = subprocess.run([sys.executable, "cli.py", "eval", "--sender", "no-such-org/no-such-model", "--windows", "2"],
                          capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert run.returncode == 2
-    assert "no-such-org/no-such-model" in run.stdout and "Traceback" not in run.stdout + run.stderr
+    assert run.returncode == 1 and run.stdout == ""  # a failure (no such model), on stderr
+    assert "no-such-org/no-such-model" in run.stderr and "Traceback" not in run.stderr

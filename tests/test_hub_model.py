@@ -223,7 +223,7 @@ def test_cli_push_list_show_search_pull(tmp_path):
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert (out / "adapter.safetensors").read_bytes() == (package / "adapter.safetensors").read_bytes()
     again = hf_fold("push", str(package), "--repo", "tester/q2l", "--version", "2.0.0", "--hub-dir", hub, "--registry", registry)
-    assert again.returncode == 2 and "already published" in again.stdout and "Traceback" not in again.stdout
+    assert again.returncode == 1 and "already published" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_a_push_with_a_stale_registry_keeps_the_other_entries(tmp_path):

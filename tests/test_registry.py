@@ -276,7 +276,7 @@ def test_an_absent_default_registry_is_empty_and_list_says_so(tmp_path, monkeypa
                     console=Console(file=io.StringIO())) == []
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith(f"No registry file at {absent} (the default; none was installed): nothing to list."), err
+    assert err.startswith(f"warning: No registry file at {absent} (the default; none was installed): nothing to list."), err
 
 
 def test_cli_list_with_a_mistyped_env_registry_fails_naming_it(tmp_path):

@@ -75,14 +75,16 @@ def test_compose_rematches_but_records_the_published_parent(trio):
 
 def test_compose_cli_rematches_on_text_it_records_and_keeps_out_of_scoring(trio, tmp_path):
     root, _, _ = trio
+    # the first form of compose (positional SENDER RECEIVER, --via): kept working, with a warning each
     args = ["compose", str(root / "a"), str(root / "b"), "--via", str(root / "p"), "--first", str(root / "first"),
             "--second", str(root / "second"), "--eval-windows", "2", "--context-tokens", "32",
             "--continuation-tokens", "8", "--rematch-windows", "4"]
     clash = hf_fold(*args, "--out", str(tmp_path / "x"), "--rematch-data", "bundled:unseen", "--heldout", "bundled:unseen")
-    assert clash.returncode == 2 and "--rematch-data 'bundled:unseen' shares text with --heldout" in clash.stdout
+    assert clash.returncode == 2 and "--rematch-data 'bundled:unseen' shares text with --heldout" in clash.stderr
     out = tmp_path / "a2b"
     run = hf_fold(*args, "--out", str(out), "--rematch-data", "bundled:calib", "--heldout", "bundled:unseen-prose")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "--via is deprecated; use --pivot" in run.stderr and "positional SENDER RECEIVER is deprecated" in run.stderr
     composed = load_adapter(out)
     assert composed.config.extra["rematch_tokens"] > 0 and "bundled:calib" in training_data(composed.config)
     assert json.loads((out / METRICS_NAME).read_text())["methods"]["composed"]["kl"] >= 0

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from heterofold_hub.data.texts import read_texts
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.evaluation.retrieval import (FACT_RE, FACTS_HEADER, digit_accuracy, exact_match, filler_texts, known_facts,
                                       make_prompt, make_prompts, qualifying_lengths, summarise)
@@ -184,9 +184,9 @@ def test_cli_retrieval_end_to_end(tmp_path):
 def test_bad_arguments_exit_with_one_clear_message(args, flags):
     run = hf_fold("eval", *args)
     assert run.returncode == 2, run.stdout + run.stderr
-    assert run.stdout.count("error:") == 1
+    assert run.stderr.count("error:") == 1 and run.stdout == ""
     for flag in flags:
-        assert flag in run.stdout
+        assert flag in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
 
 
@@ -206,7 +206,7 @@ def test_argument_problems_are_gathered_before_any_model_loads(args, flags, monk
 
     monkeypatch.setattr(models.Side, "load", lambda *a, **k: pytest.fail("a model was loaded"))
     result = CliRunner().invoke(cli.app, ["eval", *args])
-    assert isinstance(result.exception, HeteroFoldError), result.output
+    assert isinstance(result.exception, UsageError), result.output
     message = str(result.exception)
     for flag in flags:
         assert flag in message

@@ -52,7 +52,7 @@ def test_a_loss_driven_to_nan_stops_with_the_step_and_keeps_the_last_good_checkp
     # --max-steps 10 checkpoints every step, so the checkpoint of the diverging step itself gets written
     run = hf_fold(*train_args(pair_dirs, out, "--lr", "1e36", "--max-steps", "10"))
     text = " ".join((run.stdout + run.stderr).split())  # rich wraps long lines
-    assert run.returncode == 2 and "Traceback" not in text, text[-3000:]
+    assert run.returncode == 1 and "Traceback" not in text, text[-3000:]  # a failure, not a usage error
     step = int(re.search(r"Training diverged: the calibration loss became nan at step (\d+)", text).group(1))
     assert "Lower --lr (it is 1e+36" in text and "without --resume" in text and "No adapter was saved" in text
     assert f"The last good checkpoint (step {step - 1}) is kept at {out / 'checkpoints' / 'last.ckpt'}" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule
 from .faults import GoodCheckpoint, training_faults
 from .module import CalibrationModule, kl_to_teacher
+from .progress import TrainingProgress
 from .unfolded import UnfoldedAffine
 
 # Lightning's start-up chatter (accelerator summary, product tips) and a deprecation inside Lightning
@@ -91,10 +93,12 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         calib.free()  # only if its holder is done with it (starting_map already has)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
                                max_steps=o.steps, copy_weight=o.copy_weight)
+    if progress:  # our own, in steps and on stderr, instead of Lightning's epoch bar on stdout
+        callbacks.append(TrainingProgress())
     trainer = L.Trainer(
         accelerator="auto", devices=o.devices, strategy=o.strategy, precision=o.precision, max_steps=o.steps,
         max_time={"minutes": o.max_minutes} if o.max_minutes else None, accumulate_grad_batches=o.accumulate,
-        enable_progress_bar=progress, enable_model_summary=False, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, logger=False,
         enable_checkpointing=o.default_root_dir is not None, default_root_dir=o.default_root_dir, deterministic=True,
         callbacks=callbacks, num_sanity_val_steps=0, use_distributed_sampler=False, plugins=[AtomicCheckpointIO()],
     )
@@ -129,9 +133,9 @@ def starting_map(calib, batches, receiver, *, init: str, sender_layers: str = "a
                 kls = [kl_to_teacher(transferred_logits(adapter, receiver, b), native_logits(receiver, b))
                        for b in batches[:AUTO_BATCHES]]
                 scores[name] = float(torch.stack(kls).mean())
-        if progress:
+        if progress:  # a message, not data: stderr
             print("starting maps, receiver KL on training batches: "
-                  + ", ".join(f"{name} {kl:.3f}" for name, kl in scores.items()))
+                  + ", ".join(f"{name} {kl:.3f}" for name, kl in scores.items()), file=sys.stderr)
     chosen = min(scores, key=scores.get) if scores else names[0]
     start = candidates[chosen]
     start.config.extra = {**start.config.extra, "init": chosen, "init_kl": scores}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from heterofold_hub.errors import HeteroFoldError, TrainingError
+from heterofold_hub.commands import conventions
+from heterofold_hub.errors import TrainingError, UsageError
 
 TRAINABLE = ("heterofold", "kv-ridge", "dense-latent")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -47,7 +48,7 @@ class TrainArgs:
     calib_windows: int | None = None  # None: the first min(CALIB_WINDOWS, windows); recorded as the number used
     max_minutes: float | None = None
     copy_weight: float = 0.0
-    via: str | None = None  # --init composed: the pivot model whose registered legs are composed
+    via: str | None = None  # --init composed (--pivot): the pivot model whose registered legs are composed
     init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
 
     def __post_init__(self):
@@ -102,10 +103,10 @@ class TrainArgs:
         if self.init not in INIT_CHOICES:
             problems.append(f"--init: {self.init!r}; choose from {', '.join(INIT_CHOICES)}")
         if self.init == "composed" and (self.via is None) == (self.init_adapter is None):
-            problems.append("--init composed: give --via PIVOT (compose the registry's legs) or --init-adapter DIR "
+            problems.append("--init composed: give --pivot PIVOT (compose the registry's legs) or --init-adapter DIR "
                             "(a package from `hf-fold compose`), one of the two")
         elif self.init != "composed" and (self.via, self.init_adapter) != (None, None):
-            problems.append(f"--via / --init-adapter only apply to --init composed (it is {self.init!r})")
+            problems.append(f"--pivot / --init-adapter only apply to --init composed (it is {self.init!r})")
         elif self.init == "composed" and self.method != "heterofold":
             problems.append(f"--init composed starts heterofold calibration; --method is {self.method!r}")
         if self.init == "composed" and self.sources_per_layer != TrainArgs.sources_per_layer:
@@ -139,7 +140,7 @@ class TrainArgs:
                 problems.append(f"--out: {self.out} already holds a different adapter ({existing.get('method')} "
                                 f"{existing.get('sender')} -> {existing.get('receiver')}); choose another --out")
         if problems:
-            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+            raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
 def method_options(args: TrainArgs) -> dict:
@@ -169,13 +170,13 @@ def check_sources(args: TrainArgs, sender) -> None:
 
     available = source_candidates(sender.spec, args.sender_layers)
     if args.sources_per_layer > len(available):
-        raise HeteroFoldError(f"--sources-per-layer {args.sources_per_layer}: {args.sender!r} has only {len(available)} "
+        raise UsageError(f"--sources-per-layer {args.sources_per_layer}: {args.sender!r} has only {len(available)} "
                               f"sender layer(s) a map may read with --sender-layers {args.sender_layers} "
                               f"({available}); give at most {len(available)}")
 
 
 def composed_start(args: TrainArgs, sender, receiver):
-    """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--via``;
+    """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--pivot``;
     refused when a parent was trained on the held-out text."""
     from heterofold_hub.commands.compose import compose_path, held_out_problem
     from heterofold_hub.hub.registry import open_registry
@@ -185,17 +186,18 @@ def composed_start(args: TrainArgs, sender, receiver):
         start = load_adapter(args.init_adapter)
         check_pair(start, sender, receiver, source=args.init_adapter)
         if start.affine_maps(0) is None:
-            raise HeteroFoldError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
-                                  "pass a package from `hf-fold compose`.")
+            raise UsageError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
+                             "pass a package from `hf-fold compose`.")
     else:
         start = compose_path(sender, receiver, via=args.via, registry=open_registry())
     problem = held_out_problem(start, args.heldout)
     if problem:
-        raise HeteroFoldError(problem)
+        raise UsageError(problem)
     return start
 
 
-def run_train(args: TrainArgs, console: Console) -> dict:
+def run_train(args: TrainArgs, console: Console, messages: Console = conventions.messages) -> dict:
+    """Train, print the held-out table on ``console`` (data) and progress and what was written on ``messages``."""
     args.validate()
     from heterofold_hub.commands.evaluate import results_table
     from heterofold_hub.data.texts import SHINGLE_LINES, read_texts, shared_passages
@@ -206,7 +208,7 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.hub.package import METRICS_NAME, save_adapter
     from heterofold_hub.data.windows import make_windows
-    import torch
+    from heterofold_hub.progress import status
 
     from heterofold_hub import __version__
 
@@ -216,16 +218,16 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     train_texts, heldout_texts = read_texts(args.data), read_texts(args.heldout)
     shared = shared_passages(train_texts, heldout_texts)
     if shared:
-        raise HeteroFoldError(f"--data {args.data!r} and --heldout {args.heldout!r} share passages ({len(shared)} held-out "
+        raise UsageError(f"--data {args.data!r} and --heldout {args.heldout!r} share passages ({len(shared)} held-out "
                               f"text(s) repeat {SHINGLE_LINES} consecutive lines of training text, e.g. text {shared[0]}); "
                               "held-out text must be disjoint from training text.")
-    with console.status("loading models"):
+    with status("loading models", messages):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     check_sources(args, sender)
     cut = dict(context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
     windows = make_windows(train_texts, receiver, max_windows=args.windows, **cut)
     if len(windows) < args.batch_size:
-        raise HeteroFoldError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
+        raise UsageError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
                               f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
     options = method_options(args)
     if args.init == "composed":
@@ -259,5 +261,5 @@ def run_train(args: TrainArgs, console: Console) -> dict:
     )
     save_adapter(adapter, args.out)
     write_json_atomic(args.out / METRICS_NAME, result)
-    console.print(f"wrote adapter package to {args.out}")
+    messages.print(f"wrote adapter package to {args.out}", highlight=False)
     return result

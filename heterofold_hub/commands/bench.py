@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from heterofold_hub.commands import conventions
 from heterofold_hub.commands.placement import dtype_problems, place
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class BenchArgs:
         if self.repeats < 1:
             problems.append(f"--repeats: {self.repeats} is too small (minimum 1)")
         if problems:
-            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+            raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
     def directions(self) -> list[tuple[str, str]]:
         return [(self.sender, self.receiver)] if self.sender is not None else [DEMO_PAIR, DEMO_PAIR[::-1]]
@@ -87,7 +88,7 @@ def parse_contexts(value: str) -> list[int]:
     try:
         return [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
-        raise HeteroFoldError(f"--contexts {value!r}: give comma-separated token counts, e.g. 512,2048") from None
+        raise UsageError(f"--contexts {value!r}: give comma-separated token counts, e.g. 512,2048") from None
 
 
 def bench_adapters(sender, receiver, pivot: str | None = None) -> tuple[dict, dict]:
@@ -197,9 +198,10 @@ def plot_speedups(ax, result: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
+def run_bench_command(args: BenchArgs, console: Console, messages: Console = conventions.messages) -> list[dict]:
+    """Time, print the tables on ``console`` (data) and warnings and what was written on ``messages``."""
     args.validate()
-    from rich.progress import Progress
+    from heterofold_hub.progress import progress_bar, status
 
     from heterofold_hub.evaluation.bench import run_bench
     from heterofold_hub.data.texts import read_texts
@@ -210,27 +212,27 @@ def run_bench_command(args: BenchArgs, console: Console) -> list[dict]:
     texts = read_texts(args.data)
     results = []
     for sender_id, receiver_id in args.directions():
-        with console.status(f"loading {sender_id} -> {receiver_id} and fitting the baselines"):
+        with status(f"loading {sender_id} -> {receiver_id} and fitting the baselines", messages):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
             adapters, origins = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
             records = {name: adapter_record(adapter, origins.get(name)) for name, adapter in adapters.items()}
             device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("timing", total=len(args.contexts))
+        with progress_bar(console=messages) as bar:
+            task = bar.add_task(f"timing {sender_id} -> {receiver_id}", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
                                progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
         result["provenance"] = provenance(records)
         console.print(*results_tables(result))
         for warning in result["checks"]["warnings"]:
-            console.print(f"[yellow]warning:[/] {warning}")
+            messages.print(f"[yellow]warning:[/] {warning}", highlight=False)
         for skip in result["skipped"]:
-            console.print(f"[yellow]skipped {skip['context_tokens']} tokens:[/] {skip['reason']}")
+            messages.print(f"[yellow]skipped {skip['context_tokens']} tokens:[/] {skip['reason']}", highlight=False)
         results.append(result)
     if args.json_path:
         write_json_atomic(args.json_path, results[0] if len(results) == 1 else {"directions": results})
-        console.print(f"wrote {args.json_path}")
+        messages.print(f"wrote {args.json_path}", highlight=False)
     if args.plot_path:
         plot(results, args.plot_path)
-        console.print(f"wrote {args.plot_path}")
+        messages.print(f"wrote {args.plot_path}", highlight=False)
     return results

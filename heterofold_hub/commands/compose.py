@@ -7,14 +7,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.commands import conventions
+from heterofold_hub.errors import HeteroFoldError, UsageError
 
 
 @dataclass(kw_only=True)
 class ComposeArgs:
     sender: str
     receiver: str
-    via: str  # the pivot model's id
+    via: str  # the pivot model's id (--pivot)
     out: Path
     first: Path | None = None  # a package sender -> via (default: the registry's)
     second: Path | None = None  # a package via -> receiver (default: the registry's)
@@ -34,7 +35,7 @@ class ComposeArgs:
 
         problems = []
         if len({self.sender, self.receiver, self.via}) < 3:
-            problems.append(f"SENDER {self.sender!r}, RECEIVER {self.receiver!r} and --via {self.via!r} must be three "
+            problems.append(f"--sender {self.sender!r}, --receiver {self.receiver!r} and --pivot {self.via!r} must be three "
                             "different models")
         if self.out.exists() and any(self.out.iterdir()):
             problems.append(f"--out: {self.out} already exists and is not empty; choose a new folder (a package, once "
@@ -53,7 +54,7 @@ class ComposeArgs:
                 problems.append(f"--rematch-data {self.rematch_data!r} shares text with --heldout {self.heldout!r}; "
                                 "held-out text must never be fitted on. Pass other --rematch-data.")
         if problems:
-            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+            raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
 def leg(folder: Path | None, sender, receiver, *, registry, hub_dir=None, token=None, flag: str,
@@ -93,8 +94,8 @@ def compose_path(sender, receiver, *, via: str, registry, first: Path | None = N
                        flag="--first", prefer=PIVOT_FAITHFUL_METHODS)  # the second leg reads the pivot's own K/V
     c = a2p.config  # the second leg must start from the very pivot the first one ends at
     if c.receiver != via:
-        raise HeteroFoldError(f"--first {first} maps into {c.receiver}, not the pivot --via {via!r}; pass "
-                              f"--via {c.receiver} or a package that maps {sender.name} into {via}.")
+        raise UsageError(f"--first {first} maps into {c.receiver}, not the --pivot {via!r}; pass "
+                         f"--pivot {c.receiver} or a package that maps {sender.name} into {via}.")
     pivot = PairEnd(via, c.receiver_revision, c.receiver_tokenizer, c.receiver_spec)
     p2b, p2b_ref = leg(second, pivot, pair_end(receiver), registry=registry, hub_dir=hub_dir, token=token,
                        flag="--second")
@@ -128,7 +129,8 @@ def pivot_features(args: ComposeArgs, sender):
     return collect(sender, pivot, windows, batch_size=args.batch_size)
 
 
-def run_compose(args: ComposeArgs, console: Console) -> dict | None:
+def run_compose(args: ComposeArgs, console: Console, messages: Console = conventions.messages) -> dict | None:
+    """Compose, print the score table on ``console`` (data) and what was composed and written on ``messages``."""
     args.validate()
     from heterofold_hub import __version__
     from heterofold_hub.data.texts import read_texts
@@ -139,9 +141,10 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     from heterofold_hub.hub.package import METRICS_NAME, save_adapter
     from heterofold_hub.data.windows import make_windows
     from heterofold_hub.commands.evaluate import results_table
+    from heterofold_hub.progress import status
 
     scoring = args.eval_windows > 0
-    with console.status("loading models"):
+    with status("loading models", messages):
         sender = Side.load(args.sender, with_model=scoring or args.rematch_data is not None)
         receiver = Side.load(args.receiver, with_model=scoring)
     rematch_on = None if args.rematch_data is None else pivot_features(args, sender)
@@ -149,14 +152,14 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
                             second=args.second, hub_dir=args.hub_dir, token=args.token, rematch_on=rematch_on)
     del rematch_on  # the pivot's features (GBs for a real pivot) are folded in: free them before scoring
     for parent in composed.parents:
-        console.print(f"parent: {parent.describe()}", highlight=False)
-    console.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer",
+        messages.print(f"parent: {parent.describe()}", highlight=False)
+    messages.print(f"composed: {len(composed.config.layer_sources[0])} sender layers per receiver layer",
                   highlight=False)
     result = None
     if scoring:
         problem = held_out_problem(composed, args.heldout)
         if problem:
-            raise HeteroFoldError(problem)
+            raise UsageError(problem)
         held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
                                 context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
         result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size,
@@ -171,6 +174,6 @@ def run_compose(args: ComposeArgs, console: Console) -> dict | None:
     save_adapter(composed, args.out)
     if result is not None:
         write_json_atomic(args.out / METRICS_NAME, result)
-    console.print(f"wrote composed adapter package to {args.out}" + ("" if scoring else " (not scored: "
+    messages.print(f"wrote composed adapter package to {args.out}" + ("" if scoring else " (not scored: "
                   "--eval-windows 0; score it with `hf-fold eval --adapter` before pushing)"), highlight=False)
     return result

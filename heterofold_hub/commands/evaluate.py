@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from heterofold_hub.commands import conventions
 from heterofold_hub.commands.placement import dtype_problems, place
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class EvalArgs:
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
         if problems:
-            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+            raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
 def shared_problems(sender: str, receiver: str, methods: list[str], adapters: list[Path], *, registered: bool = True,
@@ -131,7 +132,7 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
     for source, found in resolved:
         seen = [d for d in training_data(found.adapter.config) if trained_on_eval_text(d, args.data)]
         if seen:
-            raise HeteroFoldError(f"Adapter {source} was trained on {seen[0]!r}, which shares text with the --data "
+            raise UsageError(f"Adapter {source} was trained on {seen[0]!r}, which shares text with the --data "
                                   f"{args.data!r} being evaluated; held-out text must never be trained on. Evaluate on "
                                   "other text.")
         name = found.adapter.config.method
@@ -162,7 +163,7 @@ def disjoint_texts(args) -> tuple[list[str], list[str]]:
     eval_texts, calib_texts = read_texts(args.data), read_texts(args.calib_data)
     shared = shared_passages(calib_texts, eval_texts)
     if shared:
-        raise HeteroFoldError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share passages ({len(shared)} "
+        raise UsageError(f"--data {args.data!r} and --calib-data {args.calib_data!r} share passages ({len(shared)} "
                               f"held-out text(s) repeat {SHINGLE_LINES} consecutive lines of calibration text); held-out "
                               "text must never be fitted on. Use disjoint data.")
     return eval_texts, calib_texts
@@ -185,14 +186,16 @@ def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dic
     return adapters, {name: source for name, (source, _) in packages.items()}, len(calib)
 
 
-def run_eval(args: EvalArgs, console: Console) -> dict:
+def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.messages) -> dict:
+    """Score, print the table on ``console`` (data) and say what was written on ``messages``."""
     args.validate()
     from heterofold_hub.evaluation.fidelity import evaluate
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.progress import status
 
     eval_texts, calib_texts = disjoint_texts(args)
-    with console.status("loading models"):
+    with status("loading models", messages):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
     adapters = place((sender, receiver), adapters, dtype=args.dtype)
@@ -209,5 +212,5 @@ def run_eval(args: EvalArgs, console: Console) -> dict:
         from heterofold_hub.io import write_json_atomic
 
         write_json_atomic(args.json_path, result)
-        console.print(f"wrote {args.json_path}")
+        messages.print(f"wrote {args.json_path}", highlight=False)
     return result

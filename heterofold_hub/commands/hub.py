@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.commands import conventions
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
 
 
@@ -40,25 +41,28 @@ def pick_versions(entry: AdapterEntry, version: str | None) -> list[VersionEntry
 
 
 def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
-             registry_path: Path | None, license: str | None, console: Console) -> None:
+             registry_path: Path | None, license: str | None, console: Console = conventions.messages) -> None:
+    """Publish ``package``; what was published is a message (``console``: stderr), push has no data to print."""
     from heterofold_hub.hub import get_hub
     from heterofold_hub.hub.publishing import push_package
+    from heterofold_hub.progress import status
 
     registry = open_registry(registry_path, must_exist=False)  # a first push creates it
-    with console.status(f"publishing {repo_id} {version}"):
+    with status(f"publishing {repo_id} {version}", console):
         published = push_package(package, repo_id=repo_id, version=version, hub=get_hub(hub, hub_dir=hub_dir, token=token),
                                  registry=registry, license=license)
     if published.reused:
         console.print(f"{published.repo_id} {published.version} was already in the hub with exactly these files "
                       f"(commit {published.commit[:12]}; an earlier push stopped before registering it): nothing "
-                      f"uploaded, registered it in {registry.path}")
+                      f"uploaded, registered it in {registry.path}", highlight=False)
         return
     console.print(f"published {published.repo_id} {published.version} (commit {published.commit[:12]}) to "
-                  f"{published.url_or_path}; registered in {registry.path}")
+                  f"{published.url_or_path}; registered in {registry.path}", highlight=False)
 
 
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
              local_files_only: bool, console: Console) -> Path:
+    """Fetch (and copy to ``out``) a registered version; prints ``REPO VERSION: FOLDER`` on ``console`` (data)."""
     from heterofold_hub.hub.resolve import fetch
 
     registry = open_registry(registry_path, must_exist=True)
@@ -68,12 +72,12 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
     folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     if out is not None:
         if out.exists() and any(out.iterdir()):
-            raise HeteroFoldError(f"--out {out} is not empty; pull into a new or empty folder.")
+            raise UsageError(f"--out {out} is not empty; pull into a new or empty folder.")
         out.mkdir(parents=True, exist_ok=True)
         for name in chosen.files:
             shutil.copyfile(folder / name, out / name)  # copyfile follows the HF cache's symlinks
         folder = out
-    console.print(f"{repo_id} {chosen.version}: {folder}")
+    console.print(f"{repo_id} {chosen.version}: {folder}", highlight=False, soft_wrap=True)
     return folder
 
 
@@ -118,10 +122,8 @@ def run_list(*, sender: str | None, receiver: str | None, family: str | None, me
              registry_path: Path | None, console: Console, as_json: bool = False) -> list[AdapterEntry]:
     registry = open_registry(registry_path, must_exist=True)
     if not registry.path.exists():  # only the default may be missing: say so, an empty list would look like no adapters
-        import sys
-
-        print(f"No registry file at {registry.path} (the default; none was installed): nothing to list. Pass "
-              "--registry PATH or set HF_FOLD_REGISTRY to a registry.json.", file=sys.stderr)
+        conventions.warn(f"No registry file at {registry.path} (the default; none was installed): nothing to list. "
+                         "Pass --registry PATH or set HF_FOLD_REGISTRY to a registry.json.")
     entries = [e for e in registry.pairs_for(receiver_id=receiver, sender_id=sender)
                if (method is None or e.method == method)
                and (family is None or family in (e.sender.spec["model_type"], e.receiver.spec["model_type"]))]

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.commands.conventions import data, messages, renamed
+from heterofold_hub.errors import UsageError
 
-console = Console()
 # Options shared by the hub commands (JSON_OUT and PIVOT also by cli.py's).
 JSON_OUT = typer.Option(False, "--json", help="Print the registry records as JSON.")
 PIVOT = typer.Option(None, "--pivot", help="auto | a model id: where no direct adapter is registered, compose "
@@ -25,8 +24,9 @@ def push_command(
     package: Path = typer.Argument(..., help="An adapter package: the --out folder of `hf-fold train`."),
     repo: str = typer.Option(..., "--repo", help="Repo id, ORG/NAME."),
     version: str = typer.Option(..., "--version", help="Version to publish, X.Y.Z (published versions are immutable)."),
-    hub: str = typer.Option("local", "--hub", help="local | hf | the http(s) URL of a Hub-compatible server."),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Same as --hub URL."),
+    hub: Optional[str] = typer.Option(None, "--hub", help="local | hf | the http(s) URL of a Hub-compatible server "
+                                      "(default: local)."),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", hidden=True, help="Old name of --hub URL."),
     hub_dir: Optional[Path] = HUB_DIR,
     token: Optional[str] = TOKEN,
     registry: Optional[Path] = REGISTRY,
@@ -41,12 +41,13 @@ def push_command(
 
       hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.1.0 --hub hf
 
-      hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0 --endpoint http://127.0.0.1:8080
+      hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0 --hub http://127.0.0.1:8080
     """
     from heterofold_hub.commands.hub import run_push
 
-    run_push(package, repo_id=repo, version=version, hub=endpoint or hub, hub_dir=hub_dir, token=token,
-             registry_path=registry, license=license, console=console)
+    hub = renamed("--hub", hub, "--endpoint", endpoint) or "local"
+    run_push(package, repo_id=repo, version=version, hub=hub, hub_dir=hub_dir, token=token,
+             registry_path=registry, license=license, console=messages)  # push prints no data, only what it did
 
 
 def pull_command(
@@ -68,7 +69,7 @@ def pull_command(
     from heterofold_hub.commands.hub import run_pull
 
     run_pull(ref, out=out, registry_path=registry, hub_dir=hub_dir, token=token, local_files_only=local_files_only,
-             console=console)
+             console=data)
 
 
 def list_command(
@@ -89,7 +90,7 @@ def list_command(
     """
     from heterofold_hub.commands.hub import run_list
 
-    run_list(sender=sender, receiver=receiver, family=family, method=method, registry_path=registry, console=console,
+    run_list(sender=sender, receiver=receiver, family=family, method=method, registry_path=registry, console=data,
              as_json=as_json)
 
 
@@ -117,14 +118,14 @@ def show_command(
     from heterofold_hub.commands.hub import run_show, run_show_pair
 
     if (sender is None) != (receiver is None) or (ref is None) == (sender is None):
-        raise HeteroFoldError("hf-fold show: give a REF (ORG/NAME[@VERSION]), or --sender and --receiver (with "
-                              f"optional --pivot) for a pair; got REF={ref!r}, --sender={sender!r}, --receiver={receiver!r}")
+        raise UsageError("hf-fold show: give a REF (ORG/NAME[@VERSION]), or --sender and --receiver (with "
+                         f"optional --pivot) for a pair; got REF={ref!r}, --sender={sender!r}, --receiver={receiver!r}")
     if ref is None:
-        run_show_pair(sender, receiver, pivot=pivot, registry_path=registry, console=console, as_json=as_json)
+        run_show_pair(sender, receiver, pivot=pivot, registry_path=registry, console=data, as_json=as_json)
         return
     if pivot is not None:
-        raise HeteroFoldError("--pivot applies to a pair: use --sender and --receiver instead of a REF")
-    run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=console, as_json=as_json)
+        raise UsageError("--pivot applies to a pair: use --sender and --receiver instead of a REF")
+    run_show(ref, registry_path=registry, hub_dir=hub_dir, token=token, card=card, console=data, as_json=as_json)
 
 
 def search_command(
@@ -142,7 +143,7 @@ def search_command(
     """
     from heterofold_hub.commands.hub import run_search
 
-    run_search(text, registry_path=registry, console=console, as_json=as_json)
+    run_search(text, registry_path=registry, console=data, as_json=as_json)
 
 
 HUB_COMMANDS = {"push": push_command, "pull": pull_command, "list": list_command, "show": show_command,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.commands import conventions
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class RetrievalArgs:
         if self.plot_path is not None and Path(self.plot_path).suffix.lower() != ".png":
             problems.append(f"--plot: {self.plot_path} must be a .png file")
         if problems:
-            raise HeteroFoldError("Invalid arguments:\n  " + "\n  ".join(problems))
+            raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
 def _cell(row: dict, reference: bool) -> str:
@@ -181,29 +182,31 @@ def _json_safe(obj):
     return obj
 
 
-def run_retrieval(args: RetrievalArgs, console: Console) -> dict:
+def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = conventions.messages) -> dict:
+    """Score, print the table on ``console`` (data) and say what was written on ``messages``."""
     args.validate()
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.evaluation.retrieval import evaluate_retrieval, filler_texts, known_facts, make_prompts
     from heterofold_hub.commands.evaluate import disjoint_texts, scored_adapters
+    from heterofold_hub.progress import status
 
     eval_texts, calib_texts = disjoint_texts(args)
     # Facts of the eval documents must not occur in text anything was fitted or trained on: the calibration
     # text, and the bundled train split the demo models and registered adapters were trained on.
     seen = known_facts(calib_texts) | known_facts(read_texts("bundled:train"))
-    with console.status("loading models"):
+    with status("loading models", messages):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     limit = min(receiver.spec.max_positions, sender.spec.max_positions)
     too_long = [n for n in args.lengths if n > limit]
     if too_long:
-        raise HeteroFoldError(f"--lengths: {too_long} exceed the {limit} positions {args.receiver!r} / "
+        raise UsageError(f"--lengths: {too_long} exceed the {limit} positions {args.receiver!r} / "
                               f"{args.sender!r} allow; give lengths up to {limit}.")
     prompts = make_prompts(filler_texts(eval_texts), receiver, args.lengths, args.docs, seed=args.seed, exclude=seen)
     longest = max(len(sender.tokenizer(p.prompt, verbose=False)["input_ids"]) for group in prompts.values() for p in group)
     if longest > sender.spec.max_positions:  # the sender may need more tokens than the receiver for the same text
-        raise HeteroFoldError(f"--lengths: a prompt of {max(args.lengths)} receiver tokens is {longest} tokens for "
+        raise UsageError(f"--lengths: a prompt of {max(args.lengths)} receiver tokens is {longest} tokens for "
                               f"{args.sender!r}, which allows {sender.spec.max_positions}; give shorter lengths.")
     adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
     result = evaluate_retrieval(sender, receiver, adapters, prompts, batch_size=args.batch_size,
@@ -214,8 +217,8 @@ def run_retrieval(args: RetrievalArgs, console: Console) -> dict:
     console.print(results_table(result))
     if args.json_path:
         write_json_atomic(args.json_path, result)
-        console.print(f"wrote {args.json_path}")
+        messages.print(f"wrote {args.json_path}", highlight=False)
     if args.plot_path:
         plot(result, args.plot_path)
-        console.print(f"wrote {args.plot_path}")
+        messages.print(f"wrote {args.plot_path}", highlight=False)
     return result

@@ -8,8 +8,8 @@ standard errors from a leave-one-window-out jackknife.
 from __future__ import annotations
 
 import torch
-from rich.progress import Progress
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
 from heterofold_hub.methods.base import PairAdapter
@@ -70,7 +70,7 @@ def evaluate(
     (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`) applied after every adapter's map. ``data``
     names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text."""
     per_window: dict[str, dict[str, list]] = {}
-    with Progress(disable=not progress, transient=True) as bar:
+    with progress_bar(progress) as bar:
         task = bar.add_task("evaluating", total=len(windows))
         for start in range(0, len(windows), batch_size):
             batch = prepare_batch(windows[start : start + batch_size], sender, receiver,

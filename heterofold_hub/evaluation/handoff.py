@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 
 import torch
-from rich.progress import Progress
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.retrieval import (RECALL_MARK, _filler_chunk, digit_accuracy, exact_match, fact_line,
@@ -141,7 +141,7 @@ def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, p
     names = ["native", "no-context", *(s.name for s in settings)]
     rows = {name: {"decoded": [], "hits": [], "share": [], "seconds": []} for name in names}
     surprisal = any(needs_surprisal(s.select) for s in settings)
-    with Progress(disable=not progress) as bar:
+    with progress_bar(progress, transient=False) as bar:
         task = bar.add_task(f"hand-off {prompts[0].format} {prompts[0].tokens} tok", total=len(prompts))
         for start in range(0, len(prompts), batch_size):
             group = prompts[start : start + batch_size]

@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 
 import torch
-from rich.progress import Progress
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.methods.base import PairAdapter
@@ -308,7 +308,7 @@ def evaluate_retrieval(
     (plus the first ``examples`` decoded answers per length, to read); ``question_by`` and ``recompute``: see
     :func:`decode_answers`."""
     decoded: dict[str, dict[int, list[str]]] = {name: {} for name in (*REFERENCES, *adapters)}
-    with Progress(disable=not progress, transient=True) as bar:
+    with progress_bar(progress) as bar:
         task = bar.add_task("retrieval", total=sum(len(p) for p in prompts.values()))
         for length, group in prompts.items():
             texts = decode_answers(sender, receiver, adapters, group, batch_size=batch_size,

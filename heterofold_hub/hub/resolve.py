@@ -161,8 +161,8 @@ def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
                 f"Composed adapter {source} records parent {parent.repo_id} {parent.version} with weights "
                 f"{parent.weights_sha256[:19]}..., but the registry {registry.path} records "
                 f"{str(registered.files.get(WEIGHTS_NAME))[:19]}... for that version: the composed package or the "
-                f"parent was altered. Compose it again: hf-fold compose {adapter.config.sender} "
-                f"{adapter.config.receiver} --via {adapter.pivot} --out DIR.")
+                f"parent was altered. Compose it again: hf-fold compose --sender {adapter.config.sender} "
+                f"--receiver {adapter.config.receiver} --pivot {adapter.pivot} --out DIR.")
 
 
 def _pinned_repo(registry: Registry, repo_id: str, version, sender: Side, receiver: Side,

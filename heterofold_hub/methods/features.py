@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from rich.progress import Progress
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.transfer.kvcache import cache_layers, full_cache
 from heterofold_hub.base_models.loading import Side, cache_only
@@ -68,7 +68,7 @@ def collect(
 ) -> CalibrationSet:
     """Run both models over ``windows`` and keep up to ``max_tokens`` aligned positions (seeded subsample)."""
     sends, recvs = [], []
-    with Progress(disable=not progress, transient=True) as bar:
+    with progress_bar(progress) as bar:
         task = bar.add_task("calibration features", total=len(windows))
         for start in range(0, len(windows), batch_size):
             batch = prepare_batch(windows[start : start + batch_size], sender, receiver, min_native=min_native)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from rich.progress import Progress
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.methods.features import collect
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods import get_method
@@ -43,7 +43,7 @@ class TrainingBatches(Sequence):
 
     def _prepare(self) -> list[Batch]:
         batches = []
-        with Progress(disable=not self.progress, transient=True) as bar:
+        with progress_bar(self.progress) as bar:
             task = bar.add_task("training batches (sender prefill)", total=len(self.windows))
             for i in range(0, len(self.windows), self.batch_size):
                 part = self.windows[i : i + self.batch_size]

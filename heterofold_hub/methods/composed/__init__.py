@@ -75,8 +75,8 @@ class ComposedAdapter(AffineAdapter):
 
     @classmethod
     def fit(cls, calib, **_) -> "ComposedAdapter":
-        raise HeteroFoldError("Composed adapters are not fitted: make one with `hf-fold compose SENDER RECEIVER "
-                              "--via PIVOT --out DIR` (or heterofold_hub.compose(first, second)).")
+        raise HeteroFoldError("Composed adapters are not fitted: make one with `hf-fold compose --sender A "
+                              "--receiver B --pivot P --out DIR` (or heterofold_hub.compose(first, second)).")
 
 
 def training_data(config: AdapterConfig) -> list[str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from rich.progress import Progress
 from torch import nn
 
+from heterofold_hub.progress import progress_bar
 from heterofold_hub.transfer.alignment import layers_by_depth, source_candidates
 from heterofold_hub.errors import TrainingError
 from heterofold_hub.methods.affine import config_for
@@ -84,7 +84,7 @@ class DenseLatentAdapter(PairAdapter):
                     getattr(adapter, f"{kind}_out_scale")[r] = y.std(0).clamp(min=1e-4)
         optimizer = torch.optim.Adam(adapter.parameters(), lr=lr)
         generator = torch.Generator().manual_seed(seed)
-        with Progress(disable=not progress, transient=True) as bar:
+        with progress_bar(progress) as bar:
             task = bar.add_task("dense-latent: MSE", total=mse_steps)
             for step in range(mse_steps):
                 pick = torch.randint(0, calib.tokens, (tokens_per_step,), generator=generator)
