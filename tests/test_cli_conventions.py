@@ -39,7 +39,7 @@ def test_a_usage_error_exits_2_on_stderr(args, expected):
 def test_list_prints_data_on_stdout_and_nothing_on_stderr():
     run = hf_fold("list")
     assert run.returncode == 0 and run.stderr == ""
-    assert all(len(line.split("\t")) == 8 for line in run.stdout.splitlines()) and run.stdout
+    assert all(len(line.split("\t")) == 9 for line in run.stdout.splitlines()) and run.stdout  # ..., hub, measured on
 
 
 @pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS)])

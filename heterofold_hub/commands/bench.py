@@ -11,7 +11,7 @@ from rich.table import Table
 
 from heterofold_hub.commands import conventions
 from heterofold_hub.commands.placement import dtype_problems, place
-from heterofold_hub.errors import UsageError
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
