@@ -29,6 +29,7 @@ class Version:
     metrics: dict
     card: str
     time: str  # the hub commit's author date, ISO 8601
+    reference: object = None  # heterofold_hub's Fidelity on the registry's reference split, when measured there
 
     @property
     def date(self) -> str:
@@ -48,7 +49,11 @@ def hub_repo(repo_id: str, root: Path = ROOT) -> Path:
 
 
 def load_versions(entry: dict, root: Path = ROOT) -> list[Version]:
-    """The versions of a registry entry, oldest first, each read from the commit the registry records for it."""
+    """The versions of a registry entry, oldest first, each read from the commit the registry records for it, with
+    its figures on the reference split as the library's resolver reads them (``VersionEntry.fidelity``)."""
+    from heterofold_hub.hub.registry import Registry
+
+    parsed = next(e for e in Registry.load(root / "registry.json").entries() if e.repo_id == entry["repo_id"])
     repo = hub_repo(entry["repo_id"], root)
     out = []
     for v in entry["versions"]:
@@ -57,8 +62,35 @@ def load_versions(entry: dict, root: Path = ROOT) -> list[Version]:
                            config=json.loads(_git(repo, "show", f"{commit}:adapter_config.json")),
                            metrics=json.loads(_git(repo, "show", f"{commit}:metrics.json")),
                            card=_git(repo, "show", f"{commit}:README.md"),
-                           time=_git(repo, "log", "-1", "--format=%aI", commit).strip()))
+                           time=_git(repo, "log", "-1", "--format=%aI", commit).strip(),
+                           reference=next(p for p in parsed.versions if p.version == v["version"]).fidelity()))
     return out
+
+
+def on_reference(v: Version) -> str:
+    """The version's recovered on the registry's reference split (``bundled:unseen``), ± its standard error."""
+    if v.reference is None:
+        return "not measured"
+    se = v.reference.figures.get("recovered_se")
+    return f"{v.reference.recovered:.3f}" + (f" ± {se:.3f}" if se is not None else "")
+
+
+def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link) -> list[str]:
+    """One row per adapter repository: pair, method, versions, the newest version's recovered on the reference split
+    (the figure the resolver ranks and gates on) and its published figure with the split that measured it.
+    ``link(repo_id)``: how the repo is named in the row (a page link, or code)."""
+    from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
+
+    lines = [f"| adapter | sender -> receiver | method | versions | newest: recovered on `{REFERENCE_SPLIT}` | "
+             "as published (measured on) |", "| --- | --- | --- | --- | ---: | --- |"]
+    for entry in entries:
+        versions = loaded[entry["repo_id"]]
+        newest = versions[-1]
+        row = _own_row(newest, entry["method"])
+        lines.append(f"| {link(entry['repo_id'])} | `{entry['sender']['id']}` -> `{entry['receiver']['id']}` | "
+                     f"{entry['method']} | {', '.join(v.name for v in versions)} | {on_reference(newest)} | "
+                     f"{row['recovered']:.3f} ({measured_on(newest)}) |")
+    return lines
 
 
 def registry(root: Path = ROOT) -> dict:
@@ -128,15 +160,18 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              f"Method: `{entry['method']}`. Hub: `{entry['hub']}`. Newest version: **{newest.name}** (what "
              "`HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another).", "",
              "## Versions", "",
-             "Newest first. The figures are each version's own `metrics.json`: recovered (mean ± standard error over "
-             "its windows), KL to native prefill (nats/token) and top-1 agreement. Figures measured on different splits "
-             "are not comparable.", "",
-             "| version | published (hub commit) | trained on | measured on | recovered | KL | top-1 |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+             "Newest first. *On the reference split*: recovered re-measured for every version on the same windows of "
+             "`bundled:unseen` (an evaluation recorded in `registry.json`; the figure the resolver compares). The other "
+             "figures are each version's own `metrics.json`: recovered (mean ± standard error over its windows), KL "
+             "to native prefill (nats/token) and top-1 agreement, on the split named; figures measured on different "
+             "splits are not comparable.", "",
+             "| version | published (hub commit) | trained on | on the reference split | measured on | recovered | KL "
+             "| top-1 |", "| --- | --- | --- | ---: | --- | ---: | ---: | ---: |"]
     for v in reversed(versions):
         row = _own_row(v, entry["method"])
-        lines.append(f"| {v.name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {measured_on(v)} | "
-                     f"{row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} | {row['top1']:.3f} |")
+        lines.append(f"| {v.name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {on_reference(v)} | "
+                     f"{measured_on(v)} | {row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} | "
+                     f"{row['top1']:.3f} |")
     local = repo_id.split("/")[-1]
     lines += ["", "## How to load it", "",
               "In Python (the registry resolves the pair, checks tokenizers and dims, and loads the frozen receiver):",
@@ -162,18 +197,9 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
 def index_page(entries: list[dict], loaded: dict[str, list[Version]]) -> str:
     lines = ["# Adapter catalogue", "",
              "Every adapter repository in `registry.json`, generated at build time from the registry and the "
-             "published packages in the embedded hub (`hub/repos/`). *Recovered* is the newest version's own "
-             "figure, on the split named beside it.", "",
-             "| adapter | sender -> receiver | method | versions | newest: recovered | measured on |",
-             "| --- | --- | --- | --- | ---: | --- |"]
-    for entry in entries:
-        versions = loaded[entry["repo_id"]]
-        newest = versions[-1]
-        row = _own_row(newest, entry["method"])
-        link = Path(page_name(entry["repo_id"])).name
-        lines.append(f"| [{entry['repo_id']}]({link}) | `{entry['sender']['id']}` -> `{entry['receiver']['id']}` | "
-                     f"{entry['method']} | {', '.join(v.name for v in versions)} | {row['recovered']:.3f} | "
-                     f"{measured_on(newest)} |")
+             "published packages in the embedded hub (`hub/repos/`). *Recovered* is the newest version's figure on the "
+             "registry's reference split, beside the figure it was published with.", ""]
+    lines += adapters_table(entries, loaded, lambda repo_id: f"[{repo_id}]({Path(page_name(repo_id)).name})")
     lines += ["", "See also the [adapter history](history.md), every version in publication order."]
     return "\n".join(lines) + "\n"
 
@@ -184,13 +210,13 @@ def history_page(entries: list[dict], loaded: dict[str, list[Version]]) -> str:
     lines = ["# Adapter history", "",
              "Every published adapter version, newest first, from `registry.json` and the hub commit it records. "
              "The library's own changes are in the [changelog](../changelog.md).", "",
-             "| date | adapter | version | hub commit | trained on | recovered | measured on |",
+             "| date | adapter | version | hub commit | trained on | on `bundled:unseen` | as published (measured on) |",
              "| --- | --- | --- | --- | --- | ---: | --- |"]
     for _, entry, v in items:
         row = _own_row(v, entry["method"])
         link = Path(page_name(entry["repo_id"])).name
         lines.append(f"| {v.date} | [{entry['repo_id']}]({link}) | {v.name} | `{v.entry['commit'][:7]}` | "
-                     f"{trained_on(v)} | {row['recovered']:.3f} | {measured_on(v)} |")
+                     f"{trained_on(v)} | {on_reference(v)} | {row['recovered']:.3f} ({measured_on(v)}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -122,19 +122,12 @@ def _limits_sources(direction: str, prefix: str) -> str:
 
 
 def adapters_markdown(root: Path = ROOT) -> str:
-    """One row per registered adapter repository: pair, method, versions, and the newest version's recorded
-    ``recovered`` with what it was measured on (from its published package)."""
-    from gen_catalogue import load_versions, measured_on, registry
+    """One row per registered adapter repository (the catalogue's own table, with code names for links)."""
+    from gen_catalogue import adapters_table, load_versions, registry
 
-    lines = ["| adapter | sender -> receiver | method | versions | newest: recovered | measured on |",
-             "| --- | --- | --- | --- | ---: | --- |"]
-    for entry in registry(root)["adapters"]:
-        versions = load_versions(entry, root)
-        newest = versions[-1]
-        lines.append(f"| `{entry['repo_id']}` | `{entry['sender']['id']}` -> `{entry['receiver']['id']}` | "
-                     f"{entry['method']} | {', '.join(v.name for v in versions)} | "
-                     f"{newest.entry['metrics']['recovered']:.3f} | {measured_on(newest)} |")
-    return "\n".join(lines)
+    entries = registry(root)["adapters"]
+    loaded = {e["repo_id"]: load_versions(e, root) for e in entries}
+    return "\n".join(adapters_table(entries, loaded, lambda repo_id: f"`{repo_id}`"))
 
 
 def blocks() -> dict[str, str]:
