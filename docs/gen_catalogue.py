@@ -81,7 +81,7 @@ def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link
     ``link(repo_id)``: how the repo is named in the row (a page link, or code)."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
-    lines = [f"| adapter | sender -> receiver | method | versions | newest: recovered on `{REFERENCE_SPLIT}` | "
+    lines = [f"| adapter | sender -> receiver | method | versions | newest: recovered on {REFERENCE_SPLIT} | "
              "as published (measured on) |", "| --- | --- | --- | --- | ---: | --- |"]
     for entry in entries:
         versions = loaded[entry["repo_id"]]
