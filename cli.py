@@ -37,6 +37,12 @@ CONTEXT_TOKENS = typer.Option(EvalArgs.context_tokens, help="Receiver tokens of 
 CONTINUATION_TOKENS = typer.Option(EvalArgs.continuation_tokens, help="Receiver tokens scored after the context.")
 BATCH_SIZE = typer.Option(EvalArgs.batch_size, help="Windows per forward pass.")
 SEED = typer.Option(EvalArgs.seed, help="Seed: same seed, same result (on CPU).")
+# The hand-off's recompute (eval, bench): EvalArgs and BenchArgs share these defaults.
+RECOMPUTE = typer.Option(EvalArgs.recompute, help="Share of the context's mapped positions the receiver recomputes "
+                         "natively after the map (0: pure transfer, 1: native prefill).")
+SELECT = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, tail, "
+                      "chunk-start; query and attention read the prompt (retrieval's question, bench's --query).")
+REPAIR_LAYERS = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every position.")
 
 
 def _print_version(value: bool) -> None:
@@ -82,12 +88,9 @@ def eval_command(
     registered: bool = typer.Option(True, help="With no --adapter, also score the adapter registry.json lists for this pair."),
     pivot: Optional[str] = PIVOT,
     dtype: str = typer.Option(EvalArgs.dtype, help="Fidelity: model, cache and map dtype (float32, bfloat16, float16)."),
-    recompute: float = typer.Option(EvalArgs.recompute, help="Share of the context's mapped positions the receiver "
-                                    "recomputes natively after each map (0: pure transfer, 1: native prefill)."),
-    select: str = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, "
-                               "tail, chunk-start; retrieval also query and attention (they read the question)."),
-    repair_layers: int = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every "
-                                      "position."),
+    recompute: float = RECOMPUTE,
+    select: str = SELECT,
+    repair_layers: int = REPAIR_LAYERS,
     question_by: str = typer.Option(RetrievalArgs.question_by, help="Retrieval: who reads the question: receiver (the "
                                     "hand-off: after the mapped cache) or sender (transferred with the context)."),
 ):
@@ -270,12 +273,9 @@ def bench_command(
     device: str = typer.Option(BenchArgs.device, help="auto (cuda when there is one), cpu, cuda or cuda:N."),
     dtype: str = typer.Option(BenchArgs.dtype, help="Model, cache and map dtype: float32, bfloat16 or float16."),
     pivot: Optional[str] = PIVOT,
-    recompute: float = typer.Option(BenchArgs.recompute, help="Also time heterofold's hand-off recomputing this share "
-                                    "of the context after the map (0: pure transfer only)."),
-    select: str = typer.Option(BenchArgs.select, help="Which positions --recompute takes: content, digits, deviation, "
-                               "tail, chunk-start, or query and attention (with --query)."),
-    repair_layers: int = typer.Option(BenchArgs.repair_layers, help="The receiver's first layers recomputed for every "
-                                      "position."),
+    recompute: float = RECOMPUTE,
+    select: str = SELECT,
+    repair_layers: int = REPAIR_LAYERS,
     query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select query or attention."),
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
