@@ -83,8 +83,10 @@ class HeteroFoldModel:
         ``adapter_revision``, e.g. ``"v1.0.0"``). The sender model itself is loaded only with
         ``load_sender=True`` (its tokenizer and config always are). ``pivot="auto"`` (or a model id): when no
         direct adapter fits, compose registered adapters sender -> pivot -> receiver into one (a direct adapter
-        always wins; ``model.resolved.path`` says which path was taken). ``fallback="prefill"``: when no adapter
-        fits or its recorded ``recovered`` is below ``min_recovered``, ``transfer`` re-prefills natively and says so.
+        always wins; ``model.resolved.path`` says which path was taken). ``min_recovered`` compares each version's
+        ``recovered`` measured on the registry's reference split (``bundled:unseen``); a version never measured
+        there does not pass. ``fallback="prefill"``: when no adapter fits or none reaches ``min_recovered``,
+        ``transfer`` re-prefills natively and says so.
         """
         _check_fallback(fallback)
         if revision is not None and adapter_revision is not None and revision != adapter_revision:
