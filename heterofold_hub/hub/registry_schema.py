@@ -127,7 +127,7 @@ class VersionEntry:
     def measured_on(self) -> str:
         """Where the published metrics were measured, in words (versions published before metrics recorded it say
         so)."""
-        return self.metrics.get("data", "an unrecorded split")
+        return self.metrics.get("data", "a split the registry does not record")
 
 
 @dataclass(frozen=True)
