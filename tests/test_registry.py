@@ -356,7 +356,7 @@ def test_min_recovered_compares_only_figures_on_the_same_split(registry):
     # the kv-ridge baseline's published 0.7 records no split: it never passes a gate on bundled:unseen, and says why
     with pytest.raises(NoAdapterError) as err:
         registry.find(LLAMA, QWEN, method="kv-ridge", min_recovered=0.5)
-    assert ("v2.0.0 skipped: no recovered measured on bundled:unseen (its published 0.7 was measured on an "
+    assert ("v2.0.0 skipped: no recovered measured on bundled:unseen (its published 0.7 was measured on a "
             "split the registry does not record") in str(err.value)
     _evaluate(registry, "v2.0.0", 0.55, "bundled:heldout", repo_id=RIDGE)  # other text: still not comparable
     with pytest.raises(NoAdapterError, match="no recovered measured on bundled:unseen"):
