@@ -122,8 +122,8 @@ def results_tables(result: dict) -> tuple[Table, Table]:
                         f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
                   "plan cold: a new pipeline's first; recompute: heterofold's, when timed (its call minus the map); sender extra: "
                   "the sender's surprisal pass that content selection reads; each method: its map")
-    methods = timed_methods(result)
-    for column in ("context", "prefill", "plan", "plan cold", "recompute", "sender extra", "copy", *methods):
+    methods, cpp = timed_methods(result), ["llama.cpp"] if "llamacpp" in result else []  # its columns when timed
+    for column in ("context", "prefill", *cpp, "plan", "plan cold", "recompute", "sender extra", "copy", *methods):
         times.add_column(column, justify="right")
     recomputed = result.get("recompute")
     title = "heterofold hand-off" + ("" if not recomputed else f", recomputing {recomputed['fraction']:g} by "
@@ -133,17 +133,23 @@ def results_tables(result: dict) -> tuple[Table, Table]:
                    "map only: prefill / map; cold: end-to-end with a new pipeline's plan; plan / map: the plan's cost "
                    "beside the map's; vs copy: map / cache copy; peak: temporary memory of one map, in receiver layers "
                    "(keys + values)")
-    for column in ("context", "end-to-end", "map only", "cold", "plan / map", "vs copy", "peak"):
+    if cpp:
+        times.caption += f"; llama.cpp: its prefill of the GGUF ({result['llamacpp']['version']}, its own tokens)"
+        ratios.caption += "; vs llama.cpp: llama.cpp's prefill / (plan + map + recompute + sender extra)"
+    for column in ("context", "end-to-end", *(f"vs {c}" for c in cpp), "map only", "cold", "plan / map", "vs copy", "peak"):
         ratios.add_column(column, justify="right")
     for row in result["rows"]:
         t, hf, speedup = row["transfer_s"], row["transfer_s"]["heterofold"], row["speedup"]
         recompute, extra = row["recompute_s"].get("heterofold"), row.get("sender_extra_s", {}).get("heterofold")
         times.add_row(str(row["context_tokens"]),
-                      *(f"{row[k] * 1e3:.1f}" for k in ("prefill_s", "plan_s", "plan_cold_s")),
+                      f"{row['prefill_s'] * 1e3:.1f}", *(f"{row['llamacpp_prefill_s'] * 1e3:.1f}" for _ in cpp),
+                      *(f"{row[k] * 1e3:.1f}" for k in ("plan_s", "plan_cold_s")),
                       *("-" if x is None else f"{x * 1e3:.1f}" for x in (recompute, extra)),
                       f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in methods))
         ratios.add_row(str(row["context_tokens"]),
-                       *(f"{speedup[k]['heterofold']:.1f}x" for k in ("end_to_end", "map_only", "cold")),
+                       f"{speedup['end_to_end']['heterofold']:.1f}x",
+                       *(f"{speedup['vs_llamacpp']['heterofold']:.1f}x" for _ in cpp),
+                       *(f"{speedup[k]['heterofold']:.1f}x" for k in ("map_only", "cold")),
                        f"{row['plan_s'] / hf:.0%}", f"{hf / row['copy_s']:.1f}x",
                        f"{row['peak_extra_bytes']['heterofold'] / row['layer_bytes']:.2f}")
     return times, ratios
@@ -167,6 +173,8 @@ def plot(results: list[dict], path: Path) -> None:
     for ax, result in zip(axes[0], results):
         ctx = [r["context_tokens"] for r in result["rows"]]
         ax.plot(ctx, [r["prefill_s"] * 1e3 for r in result["rows"]], "o-", label="native prefill")
+        if "llamacpp" in result:
+            ax.plot(ctx, [r["llamacpp_prefill_s"] * 1e3 for r in result["rows"]], "o-", label="llama.cpp prefill")
         for m in timed_methods(result):
             ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
         ax.plot(ctx, [r["end_to_end_s"]["heterofold"] * 1e3 for r in result["rows"]], ":",
@@ -190,6 +198,9 @@ def plot_speedups(ax, result: dict) -> None:
     for key, style, label in (("end_to_end", "o-", "end-to-end: plan + map + recompute"),
                               ("cold", "s:", "end-to-end, a new pipeline's plan"), ("map_only", "o--", "map only")):
         ax.plot(ctx, [r["speedup"][key]["heterofold"] for r in result["rows"]], style, label=label)
+    if "llamacpp" in result:
+        ax.plot(ctx, [r["speedup"]["vs_llamacpp"]["heterofold"] for r in result["rows"]], "^-",
+                label="end-to-end vs llama.cpp's prefill")
     ax.set_xscale("log", base=2)
     ax.set(xlabel="context tokens (receiver)", ylabel="x faster than native prefill", ylim=(0, None),
            title=f"{result['sender'].split('/')[-1]} -> {result['receiver'].split('/')[-1]}: heterofold speed-up")

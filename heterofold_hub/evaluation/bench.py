@@ -17,6 +17,9 @@ For each context length, on the same text:
 - ``end_to_end_s[method]``: the hand-off a user waits for, plan + map + recompute + sender extra; ``speedup`` compares
   prefill with it (``end_to_end``, the headline), with the cold hand-off (``cold``) and with the map alone
   (``map_only``);
+- ``llamacpp_prefill_s`` (optional, a GGUF receiver with llama-cpp-python installed): llama.cpp prefilling the same
+  text from the same GGUF file (:mod:`~heterofold_hub.evaluation.llamacpp`; ``llamacpp_tokens``: its token count),
+  timed in the same rounds; ``speedup["vs_llamacpp"]`` is that prefill over the end-to-end hand-off;
 - ``copy_s``: a plain copy of a receiver cache of that size, the memory-traffic floor;
 - ``peak_extra_bytes[method]``: the most temporary memory one transfer held (beyond the cache it returns),
   measured in a separate untimed run; ``layer_bytes`` is one receiver layer's keys + values, for scale.
@@ -35,6 +38,7 @@ import torch
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import full_cache
+from heterofold_hub.evaluation.llamacpp import LlamaCppPrefill, llamacpp_baseline
 from heterofold_hub.evaluation.memory import peak_extra_bytes
 from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
@@ -92,10 +96,12 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 
 @torch.no_grad()
 def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int,
-              recompute: RecomputeSettings | None = None, query: str | None = None) -> dict:
+              recompute: RecomputeSettings | None = None, query: str | None = None,
+              llamacpp: LlamaCppPrefill | None = None) -> dict:
     """One context length: seconds for prefill, plan (warm and cold), copy and each method's map of ``text``, and
     the hand-off's sum and speed-ups (:func:`hand_off`); with ``recompute`` (active settings), heterofold's hand-off
-    with them too (``query``: the receiver's prompt, for the strategies that read one)."""
+    with them too (``query``: the receiver's prompt, for the strategies that read one); with ``llamacpp``, its
+    prefill of the text too."""
     s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
     sender_cache = sender.model(**s_inputs, use_cache=True, cache=full_cache()).cache  # what the sender computed: not timed
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
@@ -108,6 +114,9 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     plan = plan_with(warm)  # one plan serves every method
     transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
     extra = recomputed_hand_off(sender, pipelines[RECOMPUTED], text, plan, recompute, query) if recompute else {}
+    cpp_tokens = llamacpp.tokens(text) if llamacpp is not None else None
+    if llamacpp is not None:
+        extra["llama.cpp prefill"] = lambda: llamacpp.prefill(cpp_tokens)
     seconds = median_seconds({"prefill": prefill, "plan": lambda: plan_with(warm), "plan cold": lambda: plan_with(None),
                               "copy": lambda: [(k.clone(), v.clone()) for k, v in layers],
                               **{f"transfer {name}": transfer for name, transfer in transfers.items()}, **extra}, repeats)
@@ -120,6 +129,7 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
         "copy_s": seconds["copy"],
         "transfer_s": {name: seconds[f"transfer {name}"] for name in transfers},
         **recompute_figures(seconds, recompute),
+        **({"llamacpp_prefill_s": seconds["llama.cpp prefill"], "llamacpp_tokens": len(cpp_tokens)} if llamacpp else {}),
         "peak_extra_bytes": {name: peak_extra_bytes(transfer, receiver.model.device)[1]
                              for name, transfer in transfers.items()},
         "layer_bytes": 2 * full[0].nelement() * full[0].element_size(),
@@ -162,6 +172,9 @@ def hand_off(row: dict) -> dict:
         "cold": {name: row["prefill_s"] / (row["plan_cold_s"] + seconds) for name, seconds in rest.items()},
         "map_only": {name: row["prefill_s"] / seconds for name, seconds in maps.items()},
     }
+    if "llamacpp_prefill_s" in row:
+        row["speedup"]["vs_llamacpp"] = {name: row["llamacpp_prefill_s"] / seconds
+                                         for name, seconds in row["end_to_end_s"].items()}
     return row
 
 
@@ -180,14 +193,36 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     """``{"sender", "receiver", "checks", "rows": [bench_row per context length], ...}``; ``recompute`` (active
     settings) also times heterofold's hand-off with them (``query``: the receiver's prompt, when they read one);
     ``checks.prefill_keeps_one_logit`` False (with a ``warnings`` entry) flags a receiver whose prefill computes logits
-    for every position."""
+    for every position. A GGUF receiver is also prefilled by llama.cpp when llama-cpp-python is installed: the result's
+    ``llamacpp`` records its version, build and threads; otherwise ``llamacpp_absent`` says why in one line."""
     recompute = recompute if recompute is not None and recompute.active else None
-    rows, skipped, warnings = [], [], []
+    warnings = []
     probe = encode(receiver.tokenizer, text_of_length(texts, receiver, 8))[0][None]
     fair = prefill_keeps_one_logit(receiver.model, probe)
     if not fair:
         warnings.append(f"{receiver.name}'s forward ignores logits_to_keep: its prefill computes the LM head over "
                         "every position, so every speed-up here is against a slower prefill than a serving engine's.")
+    llamacpp, why_not = llamacpp_baseline(receiver, contexts)
+    try:
+        rows, skipped = bench_rows(sender, receiver, adapters, texts, contexts, repeats, progress, recompute, query,
+                                   llamacpp)
+        baseline = {"llamacpp": llamacpp.record()} if llamacpp is not None else {"llamacpp_absent": why_not}
+    finally:
+        if llamacpp is not None:
+            llamacpp.close()
+    device = receiver.model.device
+    return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats,
+            "checks": {"prefill_keeps_one_logit": fair, "warnings": warnings}, **baseline, "rows": rows,
+            "skipped": skipped}
+
+
+def bench_rows(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str], contexts: list[int],
+               repeats: int, progress, recompute: RecomputeSettings | None, query: str | None,
+               llamacpp: LlamaCppPrefill | None) -> tuple[list[dict], list[dict]]:
+    """:func:`bench_row` for each context length the sender can hold, and those it cannot (skipped, with why)."""
+    rows, skipped = [], []
     for tokens in contexts:
         text = text_of_length(texts, receiver, tokens)
         needed = len(encode(sender.tokenizer, text)[0])
@@ -195,11 +230,7 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
             skipped.append({"context_tokens": tokens, "reason": f"{sender.name} needs {needed} tokens for this text, "
                             f"more than its {sender.spec.max_positions} positions"})
         else:
-            rows.append(bench_row(sender, receiver, adapters, text, repeats, recompute, query))
+            rows.append(bench_row(sender, receiver, adapters, text, repeats, recompute, query, llamacpp))
         if progress is not None:
             progress()
-    device = receiver.model.device
-    return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats,
-            "checks": {"prefill_keeps_one_logit": fair, "warnings": warnings}, "rows": rows, "skipped": skipped}
+    return rows, skipped
