@@ -277,6 +277,8 @@ def bench_command(
     select: str = SELECT,
     repair_layers: int = REPAIR_LAYERS,
     query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select query or attention."),
+    both_ways: bool = typer.Option(BenchArgs.both_ways, "--both-ways", help="Also time receiver -> sender (the demo "
+                                   "pair, given no --sender/--receiver, always runs both ways)."),
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
 
@@ -291,13 +293,15 @@ def bench_command(
       hf-fold bench --device cuda --dtype bfloat16 --contexts 512,2048,4096
 
       hf-fold bench --contexts 512,2048 --recompute 0.2 --select content
+
+      hf-fold bench --sender gguf/smollm2-135m-instruct-q4_1 --receiver gguf/gemma3-270m-q4_k_m --both-ways
     """
     from heterofold_hub.commands.bench import parse_contexts, run_bench_command
 
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
                                 pivot=pivot, recompute=recompute, select=select, repair_layers=repair_layers,
-                                query=query), conventions.data)
+                                query=query, both_ways=both_ways), conventions.data)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py

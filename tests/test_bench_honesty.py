@@ -124,3 +124,9 @@ def test_the_bench_surprisal_pass_is_the_one_prefill_sender_computes(tiny_pair):
 def test_bench_recompute_flags_are_checked_before_anything_loads(flags, message):
     with pytest.raises(HeteroFoldError, match=re.escape(message)):
         BenchArgs(sender="a", receiver="b", **flags).validate()
+
+
+def test_bench_runs_a_given_pair_one_way_or_both():
+    one = BenchArgs(sender="a", receiver="b")
+    assert one.directions() == [("a", "b")]
+    assert BenchArgs(sender="a", receiver="b", both_ways=True).directions() == [("a", "b"), ("b", "a")]

@@ -39,6 +39,7 @@ class BenchArgs:
     select: str = "content"
     repair_layers: int = 0
     query: str | None = None  # the receiver's prompt, for selections that read one (query, attention)
+    both_ways: bool = False  # also time receiver -> sender (with the adapter registered for that direction)
 
     def recompute_settings(self):
         from heterofold_hub.transfer.recompute import RecomputeSettings
@@ -75,7 +76,9 @@ class BenchArgs:
             raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
     def directions(self) -> list[tuple[str, str]]:
-        return [(self.sender, self.receiver)] if self.sender is not None else [DEMO_PAIR, DEMO_PAIR[::-1]]
+        if self.sender is None:
+            return [DEMO_PAIR, DEMO_PAIR[::-1]]
+        return [(self.sender, self.receiver)] + ([(self.receiver, self.sender)] if self.both_ways else [])
 
 
 def cuda_available() -> bool:
