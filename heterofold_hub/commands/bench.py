@@ -121,6 +121,8 @@ def bench_adapters(sender, receiver, pivot: str | None = None) -> tuple[dict, di
 
 def results_tables(result: dict) -> tuple[Table, Table]:
     """Two tables that fit a terminal: the times, and what they mean for heterofold's hand-off."""
+    from heterofold_hub.evaluation.bench import WITH_RECOMPUTE  # here: `hf-fold --help` must not pay for torch
+
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
                         f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
                   "plan cold: a new pipeline's first; recompute: heterofold's, when timed (its call minus the map); sender extra: "
@@ -132,18 +134,21 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     title = "heterofold hand-off" + ("" if not recomputed else f", recomputing {recomputed['fraction']:g} by "
                                      f"{recomputed['select']}" + (f" + first {recomputed['repair_layers']} layers"
                                                                   if recomputed["repair_layers"] else ""))
-    ratios = Table(title=title, caption="end-to-end: prefill / (plan + map + recompute + sender extra), the headline; "
+    variant = ["with recompute"] if recomputed else []  # heterofold+recompute's end-to-end, beside the pure transfer's
+    ratios = Table(title=title, caption="end-to-end: prefill / (plan + map), the headline; with recompute: prefill / "
+                   "(plan + map + recompute + sender extra); "
                    "map only: prefill / map; cold: end-to-end with a new pipeline's plan; plan / map: the plan's cost "
                    "beside the map's; vs copy: map / cache copy; peak: temporary memory of one map, in receiver layers "
                    "(keys + values)")
     if cpp:
         times.caption += f"; llama.cpp: its prefill of the GGUF ({result['llamacpp']['version']}, its own tokens)"
-        ratios.caption += "; vs llama.cpp: llama.cpp's prefill / (plan + map + recompute + sender extra)"
-    for column in ("context", "end-to-end", *(f"vs {c}" for c in cpp), "map only", "cold", "plan / map", "vs copy", "peak"):
+        ratios.caption += "; vs llama.cpp: llama.cpp's prefill / (plan + map)"
+    for column in ("context", "end-to-end", *variant, *(f"vs {c}" for c in cpp), "map only", "cold", "plan / map",
+                   "vs copy", "peak"):
         ratios.add_column(column, justify="right")
     for row in result["rows"]:
         t, hf, speedup = row["transfer_s"], row["transfer_s"]["heterofold"], row["speedup"]
-        recompute, extra = row["recompute_s"].get("heterofold"), row.get("sender_extra_s", {}).get("heterofold")
+        recompute, extra = (row.get(k, {}).get(WITH_RECOMPUTE) for k in ("recompute_s", "sender_extra_s"))
         times.add_row(str(row["context_tokens"]),
                       f"{row['prefill_s'] * 1e3:.1f}", *(f"{row['llamacpp_prefill_s'] * 1e3:.1f}" for _ in cpp),
                       *(f"{row[k] * 1e3:.1f}" for k in ("plan_s", "plan_cold_s")),
@@ -151,6 +156,7 @@ def results_tables(result: dict) -> tuple[Table, Table]:
                       f"{row['copy_s'] * 1e3:.2f}", *(f"{t[m] * 1e3:.2f}" for m in methods))
         ratios.add_row(str(row["context_tokens"]),
                        f"{speedup['end_to_end']['heterofold']:.1f}x",
+                       *(f"{speedup['end_to_end'][WITH_RECOMPUTE]:.1f}x" for _ in variant),
                        *(f"{speedup['vs_llamacpp']['heterofold']:.1f}x" for _ in cpp),
                        *(f"{speedup[k]['heterofold']:.1f}x" for k in ("map_only", "cold")),
                        f"{row['plan_s'] / hf:.0%}", f"{hf / row['copy_s']:.1f}x",
@@ -198,9 +204,13 @@ def plot(results: list[dict], path: Path) -> None:
 def plot_speedups(ax, result: dict) -> None:
     """Heterofold's speed-up over native prefill by context: end-to-end (the hand-off), cold and map only."""
     ctx = [r["context_tokens"] for r in result["rows"]]
-    for key, style, label in (("end_to_end", "o-", "end-to-end: plan + map + recompute"),
+    for key, style, label in (("end_to_end", "o-", "end-to-end: plan + map"),
                               ("cold", "s:", "end-to-end, a new pipeline's plan"), ("map_only", "o--", "map only")):
         ax.plot(ctx, [r["speedup"][key]["heterofold"] for r in result["rows"]], style, label=label)
+    variant = next(iter(result["rows"][0].get("recompute_of", {})), None) if result["rows"] else None
+    if variant is not None:
+        ax.plot(ctx, [r["speedup"]["end_to_end"][variant] for r in result["rows"]], "d-",
+                label="end-to-end with recompute (+ recompute + sender extra)")
     if "llamacpp" in result:
         ax.plot(ctx, [r["speedup"]["vs_llamacpp"]["heterofold"] for r in result["rows"]], "^-",
                 label="end-to-end vs llama.cpp's prefill")

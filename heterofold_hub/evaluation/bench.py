@@ -9,14 +9,15 @@ For each context length, on the same text:
   it needs only the text, so it can run while the sender prefills); ``plan_cold_s``: the same on a new pipeline's
   first call, which computes those constants;
 - ``transfer_s[method]``: the map, that method's transfer of the sender's cache with that plan into a receiver cache;
-- ``recompute_s[method]``: with ``recompute`` settings (heterofold only), the receiver recomputing part of the
-  context after the map. It is derived: ``transfer(..., recompute=...)`` is timed as one call (``map_recompute_s``)
-  and the plain map's median subtracted, so map + recompute is exactly what that call cost; absent is 0;
-- ``sender_extra_s[method]``: what the selection asks of the sender beyond its prefill (``content``: the LM head over
-  every position for surprisal), timed on the sender's own hidden states; absent is 0;
-- ``end_to_end_s[method]``: the hand-off a user waits for, plan + map + recompute + sender extra; ``speedup`` compares
-  prefill with it (``end_to_end``, the headline), with the cold hand-off (``cold``) and with the map alone
-  (``map_only``);
+- with ``recompute`` settings, heterofold's hand-off with them is a variant, ``heterofold+recompute``
+  (``recompute_of`` names its method), beside the pure transfer: ``recompute_s[variant]`` is the receiver
+  recomputing part of the context after the map, derived: ``transfer(..., recompute=...)`` is timed as one call
+  (``map_recompute_s``) and the plain map's median subtracted, so map + recompute is exactly what that call cost;
+  ``sender_extra_s[variant]`` is what the selection asks of the sender beyond its prefill (``content``: the LM head
+  over every position for surprisal), timed on the sender's own hidden states;
+- ``end_to_end_s[name]``: the hand-off a user waits for, plan + map (+ recompute + sender extra for the variant);
+  ``speedup`` compares prefill with it (``end_to_end``, the headline), with the cold hand-off (``cold``) and, for
+  the methods, with the map alone (``map_only``);
 - ``llamacpp_prefill_s`` (optional, a GGUF receiver with llama-cpp-python installed): llama.cpp prefilling the same
   text from the same GGUF file (:mod:`~heterofold_hub.evaluation.llamacpp`; ``llamacpp_tokens``: its token count),
   timed in the same rounds; ``speedup["vs_llamacpp"]`` is that prefill over the end-to-end hand-off;
@@ -49,6 +50,7 @@ from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
 
 RECOMPUTED = "heterofold"  # the method timed with recompute settings: the registered adapter users get
+WITH_RECOMPUTE = "heterofold+recompute"  # its hand-off with them, a variant beside the pure transfer (which stays)
 
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
@@ -156,21 +158,24 @@ def recompute_figures(seconds: dict, settings: RecomputeSettings | None) -> dict
     if not settings:
         return {"recompute": None, "recompute_s": {}, "map_recompute_s": {}, "sender_extra_s": {}}
     both = seconds["hand-off recompute"]
-    return {"recompute": settings.describe(), "map_recompute_s": {RECOMPUTED: both},
-            "recompute_s": {RECOMPUTED: both - seconds[f"transfer {RECOMPUTED}"]},
-            "sender_extra_s": {RECOMPUTED: seconds["sender surprisal"]} if "sender surprisal" in seconds else {}}
+    return {"recompute": settings.describe(), "recompute_of": {WITH_RECOMPUTE: RECOMPUTED},
+            "map_recompute_s": {WITH_RECOMPUTE: both},
+            "recompute_s": {WITH_RECOMPUTE: both - seconds[f"transfer {RECOMPUTED}"]},
+            "sender_extra_s": {WITH_RECOMPUTE: seconds["sender surprisal"]} if "sender surprisal" in seconds else {}}
 
 
 def hand_off(row: dict) -> dict:
     """``row`` with ``end_to_end_s`` (plan + map + recompute + sender extra, per method) and ``speedup``: prefill
     over that sum (``end_to_end``), over the cold plan's sum (``cold``) and over the map alone (``map_only``)."""
     maps, recompute, extra = row["transfer_s"], row.get("recompute_s", {}), row.get("sender_extra_s", {})
-    rest = {name: seconds + recompute.get(name, 0.0) + extra.get(name, 0.0) for name, seconds in maps.items()}
+    variants = {name: maps[of] for name, of in row.get("recompute_of", {}).items()}  # a method's map, recompute added
+    rest = {name: seconds + recompute.get(name, 0.0) + extra.get(name, 0.0)
+            for name, seconds in {**maps, **variants}.items()}
     row["end_to_end_s"] = {name: row["plan_s"] + seconds for name, seconds in rest.items()}
     row["speedup"] = {
         "end_to_end": {name: row["prefill_s"] / seconds for name, seconds in row["end_to_end_s"].items()},
         "cold": {name: row["prefill_s"] / (row["plan_cold_s"] + seconds) for name, seconds in rest.items()},
-        "map_only": {name: row["prefill_s"] / seconds for name, seconds in maps.items()},
+        "map_only": {name: row["prefill_s"] / seconds for name, seconds in maps.items()},  # variants: their method's
     }
     if "llamacpp_prefill_s" in row:
         row["speedup"]["vs_llamacpp"] = {name: row["llamacpp_prefill_s"] / seconds
@@ -214,6 +219,7 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats,
+            "recompute": None if recompute is None else recompute.describe(), "query": query,
             "checks": {"prefill_keeps_one_logit": fair, "warnings": warnings}, **baseline, "rows": rows,
             "skipped": skipped}
 
