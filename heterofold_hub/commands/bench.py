@@ -187,11 +187,11 @@ def plot(results: list[dict], path: Path) -> None:
         for m in timed_methods(result):
             ax.plot(ctx, [r["transfer_s"][m] * 1e3 for r in result["rows"]], "o-", label=f"transfer: {m}")
         ax.plot(ctx, [r["end_to_end_s"]["heterofold"] * 1e3 for r in result["rows"]], ":",
-                label="heterofold hand-off (plan + map + recompute)")
+                label="heterofold hand-off (plan + map)")
         ax.plot(ctx, [r["copy_s"] * 1e3 for r in result["rows"]], "k--", label="cache copy (floor)")
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", xlabel="context tokens (receiver)", ylabel="ms",
-               title=f"{result['sender'].split('/')[-1]} -> {result['receiver'].split('/')[-1]}")
+               title=f"{_short(result['sender'])} -> {_short(result['receiver'])}")
         ax.set_xticks(ctx, [str(n) for n in ctx])
         ax.minorticks_off()
         ax.legend(fontsize=8)
@@ -199,6 +199,13 @@ def plot(results: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _short(model_id: str) -> str:
+    """A model id's name without its owner or quantization suffix, for plot titles (``gguf/gemma3-270m-q4_k_m``:
+    ``gemma3-270m``)."""
+    name = model_id.split("/")[-1]
+    return name.split("-q4")[0].split("-instruct")[0]
 
 
 def plot_speedups(ax, result: dict) -> None:
@@ -216,7 +223,7 @@ def plot_speedups(ax, result: dict) -> None:
                 label="end-to-end vs llama.cpp's prefill")
     ax.set_xscale("log", base=2)
     ax.set(xlabel="context tokens (receiver)", ylabel="x faster than native prefill", ylim=(0, None),
-           title=f"{result['sender'].split('/')[-1]} -> {result['receiver'].split('/')[-1]}: heterofold speed-up")
+           title=f"{_short(result['sender'])} -> {_short(result['receiver'])}: heterofold speed-up")
     ax.set_xticks(ctx, [str(n) for n in ctx])
     ax.minorticks_off()
     ax.legend(fontsize=8)
@@ -242,11 +249,12 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
             records = {name: adapter_record(adapter, origins.get(name)) for name, adapter in adapters.items()}
             device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
+        made = provenance(records)  # before timing: the commit it records is the code that ran, whatever lands meanwhile
         with progress_bar(console=messages) as bar:
             task = bar.add_task(f"timing {sender_id} -> {receiver_id}", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
                                progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
-        result["provenance"] = provenance(records)
+        result["provenance"] = made
         console.print(*results_tables(result))
         for warning in result["checks"]["warnings"]:
             messages.print(f"[yellow]warning:[/] {warning}", highlight=False)
