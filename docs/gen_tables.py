@@ -27,6 +27,7 @@ DIRECTIONS = {
                      2048: ("real/fidelity-s2g-2048-wide5.json", "real/fidelity-s2g-2048-kv-ridge-wide5.json")},
         "retrieval": ("handoff/s2g-512.json", "code", "query@0.05"),
         "speed": ("handoff/speed-s2g.json", "query@0.05"),
+        "both_baselines": "real/bench-real.json",
     },
     "g2s": {
         "title": "Gemma 3 270M -> SmolLM2-135M",
@@ -36,6 +37,7 @@ DIRECTIONS = {
         "retrieval": None,  # no committed retrieval result with SmolLM2 receiving
         "bench": ("real/bench-g2s.json", 2048),
         "prose": "real/fidelity-g2s-512-prose.json",
+        "both_baselines": "real/bench-real.json",
     },
 }
 
@@ -98,6 +100,15 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
                          f"(map alone {row['prefill_s'] / t:.1f}x)")
         lines.append(f"| end-to-end speed-up over the receiver's own prefill (plan + map, {result['threads']} CPU "
                      f"threads, {result['dtype']}) | {'; '.join(cells)} | {_link(file, prefix)} |")
+    if spec.get("both_baselines"):
+        file = spec["both_baselines"]
+        result = next(d for d in _load(file)["directions"] if d["sender"] == _load(spec["fidelity"][512][0])["sender"])
+        cells = [f"{row['context_tokens']} tokens: {row['speedup']['end_to_end']['heterofold']:.1f}x / "
+                 f"{row['speedup']['vs_llamacpp']['heterofold']:.1f}x" for row in result["rows"]]
+        lines.append(f"| end-to-end speed-up (plan + map) over transformers' / llama.cpp's prefill of the same GGUF "
+                     f"({result['threads']} CPU threads; transformers in {result['dtype']}, llama.cpp on the GGUF's own quantization; "
+                     f"one run) | {'; '.join(cells)} | "
+                     f"{_link(file, prefix)} |")
     lines.append(f"| known limits | {_limits(direction)} | {_limits_sources(direction, prefix)} |")
     return "\n".join(lines)
 
