@@ -38,7 +38,6 @@ import time
 import torch
 
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.transfer.kvcache import full_cache
 from heterofold_hub.evaluation.llamacpp import LlamaCppPrefill, llamacpp_baseline
 from heterofold_hub.evaluation.memory import peak_extra_bytes
 from heterofold_hub.methods.base import PairAdapter
@@ -104,8 +103,9 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     the hand-off's sum and speed-ups (:func:`hand_off`); with ``recompute`` (active settings), heterofold's hand-off
     with them too (``query``: the receiver's prompt, for the strategies that read one); with ``llamacpp``, its
     prefill of the text too."""
-    s_inputs = sender.tokenizer(text, return_tensors="pt").to(sender.model.device)
-    sender_cache = sender.model(**s_inputs, use_cache=True, cache=full_cache()).cache  # what the sender computed: not timed
+    # what the sender computed (not timed), once for every method and the recompute: the cache transfer expects
+    surprisal = recompute is not None and needs_surprisal(recompute.select)
+    sender_cache = prefill_sender(sender, text, surprisal=surprisal)
     ids = receiver.tokenizer(text, return_tensors="pt").input_ids.to(receiver.model.device)
     prefill = lambda: receiver.model(input_ids=ids, use_cache=True, **cache_only(receiver.model)).cache  # noqa: E731
     layers = [(layer.keys, layer.values) for layer in prefill().layers]
@@ -115,7 +115,7 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     plan_with = lambda cache: build_plan(sender, receiver, text, min_native=native, cache=cache)  # noqa: E731
     plan = plan_with(warm)  # one plan serves every method
     transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
-    extra = recomputed_hand_off(sender, pipelines[RECOMPUTED], text, plan, recompute, query) if recompute else {}
+    extra = recomputed_hand_off(sender, pipelines[RECOMPUTED], sender_cache, plan, recompute, query) if recompute else {}
     cpp_tokens = llamacpp.tokens(text) if llamacpp is not None else None
     if llamacpp is not None:
         extra["llama.cpp prefill"] = lambda: llamacpp.prefill(cpp_tokens)
@@ -138,11 +138,10 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     })
 
 
-def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, text: str, plan, settings: RecomputeSettings,
+def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, prefill, plan, settings: RecomputeSettings,
                         query: str | None) -> dict:
     """The timed calls of a hand-off with recompute: ``transfer(..., recompute=...)`` as a user calls it, and the
-    sender's surprisal pass when the selection reads it (its prefill itself is the sender's, not timed)."""
-    prefill = prefill_sender(sender, text, surprisal=needs_surprisal(settings.select))  # untimed: the sender's
+    sender's surprisal pass when the selection reads it, on ``prefill`` (the sender's SenderPrefill, not timed)."""
     timed = {"hand-off recompute": lambda: pipeline.transfer(prefill, plan=plan, recompute=settings.fraction,
                                                             select=settings.select, query=query,
                                                             repair_layers=settings.repair_layers)}
