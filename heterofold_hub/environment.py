@@ -11,7 +11,7 @@ import torch
 
 from heterofold_hub import __version__
 from heterofold_hub.transfer import kernels
-from heterofold_hub.hub.local import default_root
+from heterofold_hub.paths import default_root
 from heterofold_hub.hub.registry import default_registry_path
 
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "lightning", "peft")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from heterofold_hub.errors import HeteroFoldError, IntegrityError, UnsupportedArchitectureError
 from heterofold_hub.io import locked, write_json_atomic
+from heterofold_hub.paths import models_dir
 
 SOURCE_FILE = "heterofold_source.json"  # written last into a converted folder: its presence means complete
 CONVERSION = 2  # bumped when conversion changes what it writes; an older folder is converted again
@@ -80,9 +81,7 @@ PACKAGED = {
 
 
 def models_root() -> Path:
-    from heterofold_hub.hub.local import default_root  # the one place that decides $HF_FOLD_HOME
-
-    return default_root() / "models"
+    return models_dir()
 
 
 def is_gguf(name: str) -> bool:

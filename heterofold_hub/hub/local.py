@@ -39,12 +39,9 @@ from heterofold_hub.hub.base import (
     validate_version,
     version_not_found,
 )
+from heterofold_hub.paths import default_root
 
 _GIT_IDENTITY = ("-c", "user.name=hf-fold", "-c", "user.email=hf-fold@localhost")
-
-
-def default_root() -> Path:
-    return Path(os.environ.get("HF_FOLD_HOME") or Path.home() / ".cache" / "heterofold").expanduser()
 
 
 def _git_env() -> dict[str, str]:

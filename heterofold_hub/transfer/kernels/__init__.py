@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from heterofold_hub.hub.local import default_root
+from heterofold_hub.paths import kernels_dir
 
 SOURCE = Path(__file__).with_name("gather_turn.c")
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
@@ -99,7 +99,7 @@ def _loaded() -> tuple[Kernels | None, str]:
         return None, f"no C compiler ({name!r} not found; set CC to one): torch ops"
     source = SOURCE.read_bytes()
     identity = " ".join([compiler, *FLAGS, _cpu_identity()]).encode()
-    library = default_root() / "kernels" / f"gather_turn-{hashlib.sha256(source + identity).hexdigest()[:16]}.so"
+    library = kernels_dir() / f"gather_turn-{hashlib.sha256(source + identity).hexdigest()[:16]}.so"
     try:
         if not library.exists():
             library.parent.mkdir(parents=True, exist_ok=True)
