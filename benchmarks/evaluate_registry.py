@@ -44,7 +44,7 @@ def result_path(sender: str, receiver: str) -> Path:
 
 def score(args) -> None:
     from heterofold_hub.base_models.loading import Side
-    from heterofold_hub.commands.evaluate import trained_on_eval_text
+    from heterofold_hub.data.texts import trained_on_eval_text
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.data.windows import make_windows
     from heterofold_hub.evaluation.fidelity import evaluate

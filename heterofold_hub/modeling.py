@@ -19,7 +19,7 @@ from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, n
 from heterofold_hub.transfer.plan import TransferPlan
 from heterofold_hub.hub.registry import NoAdapterError, Registry, open_registry
 from heterofold_hub.hub.resolve import ResolvedAdapter, resolve_adapter
-from heterofold_hub.hub.package import save_adapter
+from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.transfer.fast import LayerStream
 from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
 

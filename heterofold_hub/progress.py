@@ -11,6 +11,8 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import Progress
 
+from heterofold_hub.output import messages
+
 PLAIN_EVERY_S = 5.0  # a log gets a line this often, not one per step
 
 
@@ -71,8 +73,6 @@ class PlainProgress:
 
 
 def stderr_console() -> Console:
-    from heterofold_hub.commands.conventions import messages
-
     return messages
 
 

@@ -14,7 +14,7 @@ from conftest import bpe_tokenizer, tiny_model, unigram_tokenizer  # noqa: E402
 from helpers import small_calibration  # noqa: E402
 
 from heterofold_hub.base_models.loading import Side  # noqa: E402
-from heterofold_hub.data.windows import prepare_batch  # noqa: E402
+from heterofold_hub.transfer.batches import prepare_batch  # noqa: E402
 from trainers.calibrate import calibrate  # noqa: E402
 
 

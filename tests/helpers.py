@@ -13,7 +13,7 @@ from heterofold_hub.methods.features import collect
 from heterofold_hub.transfer.kvcache import cache_layers
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv, sender_features
 from heterofold_hub.methods.affine import AffineAdapter
-from heterofold_hub.methods.base import AdapterConfig
+from heterofold_hub.adapter.config import AdapterConfig
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.arch import kv_spec
 from heterofold_hub.base_models.loading import Side

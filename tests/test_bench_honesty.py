@@ -12,7 +12,8 @@ from heterofold_hub.commands.bench import BenchArgs
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.bench import WITH_RECOMPUTE, hand_off, prefill_keeps_one_logit, run_bench
 from heterofold_hub.evaluation.provenance import adapter_record, git_state, provenance
-from heterofold_hub.hub.package import WEIGHTS_NAME, save_adapter
+from heterofold_hub.adapter.config import WEIGHTS_NAME
+from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.hub.resolve import ResolvedAdapter
 from heterofold_hub.transfer.recompute import RecomputeSettings
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden

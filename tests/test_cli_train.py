@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from heterofold_hub.hub.package import load_adapter
+from heterofold_hub.methods import load_adapter
 
 from helpers import hf_fold
 

@@ -23,8 +23,10 @@ from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.hub.publishing import push_package
 from heterofold_hub.hub.registry import NoAdapterError, Registry
 from heterofold_hub.hub.resolve import pair_end
-from heterofold_hub.commands.compose import compose_path
-from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter, save_adapter
+from heterofold_hub.hub.composition import compose_path
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME
+from heterofold_hub.adapter.save_and_load import save_adapter
 
 from conftest import bpe_tokenizer, tiny_model, unigram_tokenizer
 from helpers import assert_same_cache, hf_fold, random_affine, reference_layers, small_calibration, texts

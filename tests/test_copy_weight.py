@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import Batch, make_windows, prepare_batch
+from heterofold_hub.transfer.batches import Batch, prepare_batch
+from heterofold_hub.data.windows import make_windows
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods.features import collect
 from trainers.calibrate import calibrate

@@ -5,7 +5,7 @@ import torch
 
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.evaluation.fidelity import evaluate
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.methods.fitting import fit_methods
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.kvcache import cache_layers

@@ -20,7 +20,8 @@ from heterofold_hub.base_models.loading import Side, load_model, resolve
 from heterofold_hub.hub.publishing import push_package
 from heterofold_hub.hub.registry import NoAdapterError, Registry, load_default_registry
 from heterofold_hub.hub.resolve import fetch, pair_end, resolve_adapter
-from heterofold_hub.hub.package import check_pair, load_adapter
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.adapter.save_and_load import check_pair
 from heterofold_hub.zoo import DEMO_PAIR
 
 from helpers import ROOT, hf_fold

@@ -9,7 +9,7 @@ from heterofold_hub.errors import PairMismatchError
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline
-from heterofold_hub.data.windows import prepare_batch
+from heterofold_hub.transfer.batches import prepare_batch
 from heterofold_hub.evaluation.retrieval import RetrievalPrompt, decode_answers
 
 from conftest import GEMMA3_WINDOW, tiny_model

@@ -21,12 +21,14 @@ from heterofold_hub.commands.hub import run_push
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
 from heterofold_hub.hub import HubError, LocalHub, RemoteHub
 from heterofold_hub.methods import get_method
-from heterofold_hub.methods.base import AdapterConfig
+from heterofold_hub.adapter.config import AdapterConfig
 from heterofold_hub.base_models.loading import load_model, load_tokenizer
 from heterofold_hub.hub.publishing import push_package
 from heterofold_hub.hub.registry import PairEnd, Registry
 from heterofold_hub.hub.resolve import fetch, sha256_file
-from heterofold_hub.hub.package import CONFIG_NAME, WEIGHTS_NAME, load_adapter, save_adapter, sha256_bytes
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.adapter.config import CONFIG_NAME, WEIGHTS_NAME
+from heterofold_hub.adapter.save_and_load import save_adapter, sha256_bytes
 
 from helpers import ROOT
 

@@ -8,7 +8,9 @@ import torch
 from heterofold_hub import compose
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.package import METRICS_NAME, load_adapter, save_adapter
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.adapter.config import METRICS_NAME
+from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.methods import get_method
 from heterofold_hub.methods.composed import Parent, training_data
 from heterofold_hub.methods.composed.rematch import rematch

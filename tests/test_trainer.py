@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from heterofold_hub.transfer.forward import transferred_logits
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import prepare_batch
+from heterofold_hub.transfer.batches import prepare_batch
 from trainers.calibrate import calibrate
 from trainers.module import kl_to_teacher
 from trainers.unfolded import UnfoldedAffine

@@ -15,8 +15,9 @@ from heterofold_hub.errors import HeteroFoldError, TrainingError
 from heterofold_hub.methods.fitting import fit_methods
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.hub.package import save_adapter
-from heterofold_hub.data.windows import make_windows, prepare_batch
+from heterofold_hub.adapter.save_and_load import save_adapter
+from heterofold_hub.transfer.batches import prepare_batch
+from heterofold_hub.data.windows import make_windows
 from trainers.calibrate import calibrate
 from trainers.faults import training_faults
 from trainers.train import TrainArgs

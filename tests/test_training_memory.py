@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import _stored, make_windows, prepare_batch
+from heterofold_hub.transfer.batches import _stored, prepare_batch
+from heterofold_hub.data.windows import make_windows
 from heterofold_hub.methods import get_method
 from heterofold_hub.methods.fitting import TRAINING_FEATURES_DTYPE, fit_methods
 from heterofold_hub.transfer.forward import native_logits, transferred_logits

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.forward import native_logits, transferred_logits
 from heterofold_hub.methods import get_method
-from heterofold_hub.methods.base import MethodOptions
+from heterofold_hub.adapter.config import MethodOptions
 
 from .checkpoint_io import AtomicCheckpointIO
 from .data import WindowDataModule

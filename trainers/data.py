@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from heterofold_hub.data.windows import Batch
+from heterofold_hub.transfer.batches import Batch
 
 
 class _Batches(Dataset):

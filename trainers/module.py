@@ -8,7 +8,7 @@ import torch
 
 from heterofold_hub.transfer.forward import native_logits, transferred_logits
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import Batch
+from heterofold_hub.transfer.batches import Batch
 
 from .faults import Diverged
 from .unfolded import UnfoldedAffine

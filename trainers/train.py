@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from heterofold_hub.commands import conventions
+from heterofold_hub.output import messages as stderr
 from heterofold_hub.errors import TrainingError, UsageError
 
 TRAINABLE = ("heterofold", "kv-ridge", "dense-latent")
@@ -178,9 +178,10 @@ def check_sources(args: TrainArgs, sender) -> None:
 def composed_start(args: TrainArgs, sender, receiver):
     """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--pivot``;
     refused when a parent was trained on the held-out text."""
-    from heterofold_hub.commands.compose import compose_path, held_out_problem
+    from heterofold_hub.hub.composition import compose_path, held_out_problem
     from heterofold_hub.hub.registry import open_registry
-    from heterofold_hub.hub.package import check_pair, load_adapter
+    from heterofold_hub.methods import load_adapter
+    from heterofold_hub.adapter.save_and_load import check_pair
 
     if args.init_adapter is not None:
         start = load_adapter(args.init_adapter)
@@ -196,17 +197,18 @@ def composed_start(args: TrainArgs, sender, receiver):
     return start
 
 
-def run_train(args: TrainArgs, console: Console, messages: Console = conventions.messages) -> dict:
+def run_train(args: TrainArgs, console: Console, messages: Console = stderr) -> dict:
     """Train, print the held-out table on ``console`` (data) and progress and what was written on ``messages``."""
     args.validate()
-    from heterofold_hub.commands.evaluate import results_table
+    from heterofold_hub.evaluation.fidelity import results_table
     from heterofold_hub.data.texts import SHINGLE_LINES, read_texts, shared_passages
     from heterofold_hub.evaluation.fidelity import evaluate
     from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
     from heterofold_hub.methods.fitting import fit_methods
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.base_models.loading import Side
-    from heterofold_hub.hub.package import METRICS_NAME, save_adapter
+    from heterofold_hub.adapter.config import METRICS_NAME
+    from heterofold_hub.adapter.save_and_load import save_adapter
     from heterofold_hub.data.windows import make_windows
     from heterofold_hub.progress import status
 

@@ -8,7 +8,8 @@ from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from heterofold_hub.methods.affine import AffineAdapter
-from heterofold_hub.methods.base import AdapterConfig, PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
+from heterofold_hub.adapter.config import AdapterConfig
 from heterofold_hub.methods.heterofold import HeteroFoldAdapter
 
 ADAPTER_NAME = "default"

@@ -9,7 +9,8 @@ import torch
 
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.data.texts import read_texts
-from heterofold_hub.data.windows import Batch, make_windows
+from heterofold_hub.transfer.batches import Batch
+from heterofold_hub.data.windows import make_windows
 
 SOURCES = ["bundled:wide", "runs/real/wide-recall.jsonl", "bundled:train", "bundled:train-natural", "bundled:unseen"]
 

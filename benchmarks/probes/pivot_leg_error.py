@@ -24,7 +24,7 @@ import torch
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.data.windows import make_windows
-from heterofold_hub.hub.package import load_adapter
+from heterofold_hub.methods import load_adapter
 from heterofold_hub.io import write_json_atomic
 from heterofold_hub.methods.features import collect
 

@@ -21,9 +21,9 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.data.windows import make_windows
 from heterofold_hub.evaluation.fidelity import evaluate
-from heterofold_hub.hub.package import load_adapter
+from heterofold_hub.methods import load_adapter
 from heterofold_hub.io import write_json_atomic
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.transfer import forward
 from heterofold_hub.transfer.kvcache import full_cache
 from heterofold_hub.transfer.reference import receiver_targets

@@ -1,15 +1,10 @@
-"""Where ``hf-fold`` writes: data (tables, JSON, paths a script reads) to stdout, everything else (errors, warnings,
-"wrote X", spinners, progress) to stderr, so ``hf-fold list --json > out.json`` holds only the data.
-See docs/cli-conventions.md."""
+"""``hf-fold``'s conventions: data to stdout and messages to stderr (the consoles of ``heterofold_hub.output``), exit
+codes, warnings and renamed flags. See docs/cli-conventions.md."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
-data = Console()  # stdout: what the command produces
-# stderr: what it says while producing it; never wrapped by rich (a terminal wraps itself; a log should keep an
-# error or a path on one line, for grep)
-messages = Console(stderr=True, soft_wrap=True)
+from heterofold_hub.errors import UsageError
+from heterofold_hub.output import data, messages  # noqa: F401  (the commands' consoles, re-exported for them)
 
 EXIT_FAILURE = 1  # the command could not do its work (a missing adapter, a hub error, a corrupt file)
 EXIT_USAGE = 2  # the command line itself is wrong (click's own usage errors exit 2 as well)
@@ -26,8 +21,6 @@ def deprecated(old: str, new: str) -> None:
 
 def renamed(new: str, new_value, old: str, old_value):
     """The value of flag ``new``, or of its old name ``old`` (with a deprecation line); both given is a usage error."""
-    from heterofold_hub.errors import UsageError
-
     if old_value is None:
         return new_value
     if new_value is not None:

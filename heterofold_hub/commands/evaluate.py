@@ -7,7 +7,6 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from rich.table import Table
 
 from heterofold_hub.commands import conventions
 from heterofold_hub.commands.placement import dtype_problems, place
@@ -72,7 +71,7 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
                     pivot: str | None = None) -> list[str]:
     """Argument problems every ``hf-fold eval`` task checks: methods, adapter packages, the pair, and --pivot, which
     only picks the registered adapter (so it means nothing beside --adapter or --no-registered)."""
-    from heterofold_hub.hub.package import CONFIG_NAME
+    from heterofold_hub.adapter.config import CONFIG_NAME
     from heterofold_hub.methods import METHODS
 
     problems = []
@@ -93,26 +92,11 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
     return problems
 
 
-def results_table(result: dict) -> Table:
-    from heterofold_hub.evaluation.fidelity import caveats
-
-    table = Table(title=f"{result['sender']} -> {result['receiver']}: {result['windows']} windows, "
-                        f"{result['context_tokens']} context + {result['continuation_tokens']} continuation tokens")
-    for col in ("method", "recovered", "KL (nats/tok)", "top-1", "NLL (nats/tok)"):
-        table.add_column(col, justify="left" if col == "method" else "right")
-    for name, row in result["methods"].items():
-        table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
-                      f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
-    table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
-    for note in caveats(result):
-        table.caption += f"\n[yellow]note:[/] {note}"
-    return table
-
-
 def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[str, object]]:
     """``{row name: (source, adapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
     lists for this pair, if any), checked against the loaded pair and against training on the eval text.
     Each row is named by its method, plus its source when that name is taken."""
+    from heterofold_hub.data.texts import trained_on_eval_text
     from heterofold_hub.methods.composed import training_data
     from heterofold_hub.hub.registry import NoAdapterError
     from heterofold_hub.hub.resolve import resolve_adapter
@@ -140,20 +124,6 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
             name = f"{name} ({Path(source).name})"
         out[name] = (source, found.adapter)
     return out
-
-
-def trained_on_eval_text(trained_on: str, data: str) -> bool:
-    """Whether an adapter trained on ``trained_on`` saw any of ``data``: the same source under any spelling, or,
-    where the training text can still be read, a shared passage."""
-    from heterofold_hub.data.texts import read_texts, same_source, shared_passages
-
-    if same_source(trained_on, data):
-        return True
-    try:
-        seen = read_texts(trained_on)
-    except HeteroFoldError:  # the training text is not on this machine: only its name can be compared
-        return False
-    return bool(shared_passages(seen, read_texts(data)))
 
 
 def disjoint_texts(args) -> tuple[list[str], list[str]]:
@@ -189,7 +159,7 @@ def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dic
 def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.messages) -> dict:
     """Score, print the table on ``console`` (data) and say what was written on ``messages``."""
     args.validate()
-    from heterofold_hub.evaluation.fidelity import evaluate
+    from heterofold_hub.evaluation.fidelity import evaluate, results_table
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.windows import make_windows
     from heterofold_hub.progress import status

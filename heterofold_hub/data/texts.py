@@ -70,3 +70,15 @@ def same_source(a: str, b: str) -> bool:
     if a.startswith("bundled:") or b.startswith("bundled:"):
         return a == b
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def trained_on_eval_text(trained_on: str, data: str) -> bool:
+    """Whether an adapter trained on ``trained_on`` saw any of ``data``: the same source under any spelling, or,
+    where the training text can still be read, a shared passage."""
+    if same_source(trained_on, data):
+        return True
+    try:
+        seen = read_texts(trained_on)
+    except HeteroFoldError:  # the training text is not on this machine: only its name can be compared
+        return False
+    return bool(shared_passages(seen, read_texts(data)))

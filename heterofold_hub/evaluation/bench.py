@@ -40,7 +40,7 @@ import torch
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.llamacpp import LlamaCppPrefill, llamacpp_baseline
 from heterofold_hub.evaluation.memory import peak_extra_bytes
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.transfer.plan import PlanCache, build_plan

@@ -8,13 +8,15 @@ standard errors from a leave-one-window-out jackknife.
 from __future__ import annotations
 
 import torch
+from rich.table import Table
 
 from heterofold_hub.progress import progress_bar
 from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import Window, prepare_batch
+from heterofold_hub.transfer.batches import prepare_batch
+from heterofold_hub.data.windows import Window
 
 REFERENCE_METHODS = ("native", "no-context")
 
@@ -114,3 +116,17 @@ def caveats(result: dict) -> list[str]:
             notes.append(f"{name}: recovered {row['recovered']:.2f} > 1 means a lower NLL than the receiver's own "
                          f"prefill, not a better transfer; its KL to native prefill ({row['kl']:.3f}) says how far it is")
     return notes
+
+
+def results_table(result: dict) -> Table:
+    table = Table(title=f"{result['sender']} -> {result['receiver']}: {result['windows']} windows, "
+                        f"{result['context_tokens']} context + {result['continuation_tokens']} continuation tokens")
+    for col in ("method", "recovered", "KL (nats/tok)", "top-1", "NLL (nats/tok)"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for name, row in result["methods"].items():
+        table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
+                      f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
+    table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
+    for note in caveats(result):
+        table.caption += f"\n[yellow]note:[/] {note}"
+    return table

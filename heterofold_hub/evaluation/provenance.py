@@ -78,7 +78,7 @@ def adapter_record(adapter, resolved=None) -> dict:
     ``repo@version``, the folder, or the composed path); without it the adapter was fitted in this run. The hash is
     the one its config records for the published ``adapter.safetensors``, else that of its weights as they are in
     memory (``hashed`` says which)."""
-    from heterofold_hub.hub.package import adapter_bytes, sha256_bytes
+    from heterofold_hub.adapter.save_and_load import adapter_bytes, sha256_bytes
 
     config = adapter.config
     record = {"method": config.method, "sender": config.sender, "receiver": config.receiver}

@@ -39,7 +39,7 @@ import torch
 from heterofold_hub.progress import progress_bar
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
 from heterofold_hub.transfer.selection import needs_surprisal

@@ -17,7 +17,7 @@ import yaml
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.io import write_bytes_atomic
-from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME
+from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME
 
 TEMPLATE_NAME = "adapter_card.md.j2"
 CARD_NAME = "README.md"

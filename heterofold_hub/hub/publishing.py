@@ -27,7 +27,8 @@ from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub
 from heterofold_hub.io import locked
 from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, open_registry
 from heterofold_hub.hub.resolve import EMBEDDED_HUB_DIR, sha256_file
-from heterofold_hub.hub.package import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, load_adapter
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME
 
 FAULT_ENV = "HF_FOLD_FAULT"  # see the module docstring
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots

@@ -8,13 +8,18 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from heterofold_hub.errors import HeteroFoldError, IntegrityError
+from heterofold_hub.adapter.base import PairAdapter
+from heterofold_hub.adapter.config import WEIGHTS_NAME
+from heterofold_hub.adapter.save_and_load import check_pair
 from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
-from heterofold_hub.hub import AdapterHub, HubError, LocalHub, get_hub
-from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
+from heterofold_hub.errors import HeteroFoldError, IntegrityError
+from heterofold_hub.hub import AdapterHub, HubError, LocalHub, get_hub
+from heterofold_hub.hub.base import unknown_repo_hint
 from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
-from heterofold_hub.hub.package import check_pair, load_adapter
+from heterofold_hub.methods import load_adapter
+from heterofold_hub.methods.affine import affine_methods
+from heterofold_hub.methods.composed import compose
 
 EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
 logger = logging.getLogger(__name__)
@@ -149,8 +154,6 @@ def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
     each parent's weights equals the registry's hash of that version's ``adapter.safetensors``."""
     if adapter.config.method != "composed":
         return
-    from heterofold_hub.hub.package import WEIGHTS_NAME
-
     versions = {(e.repo_id, v.version): v for e in registry.entries() for v in e.versions}
     for parent in adapter.parents:
         registered = versions.get((parent.repo_id, parent.version))
@@ -167,8 +170,6 @@ def check_parents(adapter: PairAdapter, registry: Registry, *, source) -> None:
 
 def _pinned_repo(registry: Registry, repo_id: str, version, sender: Side, receiver: Side,
                  min_recovered) -> tuple[AdapterEntry, VersionEntry]:
-    from heterofold_hub.hub.base import unknown_repo_hint
-
     entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
     if entry is None:
         hint = unknown_repo_hint(repo_id, [e.repo_id for e in registry.entries()])
@@ -184,9 +185,6 @@ def resolve_path(sender: Side, receiver: Side, *, pivot: str = "auto", registry:
     """Compose the best registered path sender -> P -> receiver (``pivot`` "auto" or P's id): both legs are fetched
     and checked like any adapter, then folded into one affine map per receiver layer. ``min_recovered`` applies to
     the path's estimate (the product of the legs' recovered, both measured on the registry's reference split)."""
-    from heterofold_hub.methods.affine import affine_methods
-    from heterofold_hub.methods.composed import compose
-
     registry = open_registry(registry)
     affine = affine_methods()
     paths = registry.paths(pair_end(sender), pair_end(receiver), pivot=None if pivot == "auto" else pivot,

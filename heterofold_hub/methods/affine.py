@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from heterofold_hub.methods.base import AdapterConfig, PairAdapter
+from heterofold_hub.adapter.base import METHODS, PairAdapter
+from heterofold_hub.adapter.config import AdapterConfig
 
 
 class AffineAdapter(PairAdapter):
@@ -40,8 +41,6 @@ class AffineAdapter(PairAdapter):
 
 def affine_methods() -> set[str]:
     """Names of the registered methods whose adapters are one affine map per layer (the ones that compose)."""
-    from heterofold_hub.methods.base import METHODS
-
     return {name for name, cls in METHODS.items() if issubclass(cls, AffineAdapter)}
 
 

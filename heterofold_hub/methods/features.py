@@ -11,7 +11,8 @@ from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.transfer.kvcache import cache_layers, full_cache
 from heterofold_hub.base_models.loading import Side, cache_only
 from heterofold_hub.transfer.reference import receiver_targets
-from heterofold_hub.data.windows import Batch, Window, prepare_batch
+from heterofold_hub.transfer.batches import Batch, prepare_batch
+from heterofold_hub.data.windows import Window
 
 
 @dataclass

@@ -10,9 +10,10 @@ from heterofold_hub.progress import progress_bar
 from heterofold_hub.methods.features import collect
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods import get_method
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.data.windows import Batch, Window, prepare_batch
+from heterofold_hub.transfer.batches import Batch, prepare_batch
+from heterofold_hub.data.windows import Window
 
 CLOSED_FORM = ("recolor", "kv-ridge")
 # Training batches hold every window's sender features for the whole run (7.5 GB in fp32 for 320 SmolLM2 windows);

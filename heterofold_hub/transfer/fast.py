@@ -25,7 +25,7 @@ from heterofold_hub.transfer import kernels
 from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache, truncated_sender_layer
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.transfer.plan import TransferPlan, Turn
 
 MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves

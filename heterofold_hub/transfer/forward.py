@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from heterofold_hub.transfer.kvcache import build_cache
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, keep_logits
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv
-from heterofold_hub.data.windows import Batch
+from heterofold_hub.transfer.batches import Batch
 from heterofold_hub.transfer.recompute import recomputed_layers
 
 

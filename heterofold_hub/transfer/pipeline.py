@@ -9,7 +9,7 @@ from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers, check_cache
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position

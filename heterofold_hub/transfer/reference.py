@@ -12,7 +12,7 @@ from heterofold_hub.transfer.alignment import TokenAlignment
 from heterofold_hub.base_models.arch import Rope
 from heterofold_hub.base_models.loading import cache_only
 from heterofold_hub.transfer.kvcache import LayerKV, truncated_sender_layer
-from heterofold_hub.methods.base import PairAdapter
+from heterofold_hub.adapter.base import PairAdapter
 
 Features = list[tuple[torch.Tensor, torch.Tensor] | None]  # per sender layer: [B, Tr, kv_heads*head_dim] x2
 

@@ -17,9 +17,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from heterofold_hub.adapter.base import PairAdapter, register_method
+from heterofold_hub.adapter.config import AdapterConfig
+from heterofold_hub.adapter.save_and_load import adapter_bytes, sha256_bytes
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
 from heterofold_hub.methods.affine import AffineAdapter
-from heterofold_hub.methods.base import AdapterConfig, PairAdapter, register_method
+from heterofold_hub.methods.composed.rematch import rematch
 
 ROLES = ("sender->pivot", "pivot->receiver")
 PARENT_FIELDS = ("role", "repo_id", "version", "method", "sender", "receiver", "weights_sha256", "data")
@@ -42,8 +45,6 @@ class Parent:
 
     @classmethod
     def of(cls, role: str, adapter: PairAdapter, *, repo_id: str | None = None, version: str | None = None) -> "Parent":
-        from heterofold_hub.hub.package import adapter_bytes, sha256_bytes
-
         c = adapter.config
         return cls(role, repo_id, version, c.method, c.sender, c.receiver, sha256_bytes(adapter_bytes(adapter)),
                    tuple(training_data(c)))
@@ -128,8 +129,6 @@ def compose(first: PairAdapter, second: PairAdapter, *, first_ref: dict | None =
                for role, adapter, ref in zip(ROLES, (first, second), (first_ref, second_ref))]
     extra = {"pivot": pivot_end, "parents": parents, "union_sources": unions}
     if rematch_on is not None:
-        from heterofold_hub.methods.composed.rematch import rematch
-
         first = rematch(first, rematch_on)  # provenance above names the parent as published
         extra["rematch_tokens"] = rematch_on.tokens
     c1, c2 = first.config, second.config

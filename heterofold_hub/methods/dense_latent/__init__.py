@@ -12,11 +12,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from heterofold_hub.progress import progress_bar
-from heterofold_hub.transfer.alignment import layers_by_depth, source_candidates
+from heterofold_hub.adapter.base import PairAdapter, register_method
+from heterofold_hub.adapter.config import MethodOptions
+from heterofold_hub.adapter.save_and_load import non_finite
 from heterofold_hub.errors import TrainingError
 from heterofold_hub.methods.affine import config_for
-from heterofold_hub.methods.base import MethodOptions, PairAdapter, non_finite, register_method
+from heterofold_hub.progress import progress_bar
+from heterofold_hub.transfer.alignment import layers_by_depth, source_candidates
+from heterofold_hub.transfer.forward import transferred_logits
 
 
 @dataclass
@@ -97,8 +100,6 @@ class DenseLatentAdapter(PairAdapter):
                 _descend(optimizer, loss, adapter, phase="MSE", step=step, lr=lr)
                 bar.advance(task)
             if batches and receiver is not None and nll_steps:
-                from heterofold_hub.transfer.forward import transferred_logits  # late import: forward imports methods
-
                 task = bar.add_task("dense-latent: receiver NLL", total=nll_steps)
                 for step in range(nll_steps):
                     batch = batches[step % len(batches)]

@@ -7,7 +7,7 @@ and never the other way round: ``hf-fold train`` fits it (``trainers.calibrate.c
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods.affine import AffineAdapter
-from heterofold_hub.methods.base import register_method
+from heterofold_hub.adapter.base import register_method
 
 
 @register_method("heterofold")

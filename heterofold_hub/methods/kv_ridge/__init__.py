@@ -7,7 +7,8 @@ import torch
 from heterofold_hub.transfer.alignment import source_candidates
 from heterofold_hub.methods.stats import r2, ridge
 from heterofold_hub.methods.affine import AffineAdapter, fit_affine
-from heterofold_hub.methods.base import MethodOptions, register_method
+from heterofold_hub.adapter.base import register_method
+from heterofold_hub.adapter.config import MethodOptions
 
 
 def best_correlated_layers(calib, k: int, lam: float, probe_tokens: int = 4096,

@@ -6,7 +6,8 @@ from heterofold_hub.transfer.alignment import SENDER_LAYERS, layers_by_depth, so
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods.stats import moment_match, ridge_recolor
 from heterofold_hub.methods.affine import AffineAdapter, fit_affine
-from heterofold_hub.methods.base import MethodOptions, register_method
+from heterofold_hub.adapter.base import register_method
+from heterofold_hub.adapter.config import MethodOptions
 from heterofold_hub.methods.kv_ridge import best_correlated_layers
 
 BASES = ("features", "ridge")

@@ -1,4 +1,8 @@
-"""Adapter packages on disk: ``adapter_config.json`` + ``adapter.safetensors`` (never pickle)."""
+"""Adapter packages on disk: ``adapter_config.json`` + ``adapter.safetensors`` (never pickle), and every integrity
+check between those bytes and a usable adapter (hash, size, tensor names and shapes, finite values, the pair).
+
+Like PEFT's ``utils/save_and_load.py`` it sits low: it knows an adapter only as a ``config`` and a ``state_dict``, so
+the methods, the transfer path and the hub all build on it and it imports none of them."""
 
 from __future__ import annotations
 
@@ -11,15 +15,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
+from heterofold_hub.adapter.config import CONFIG_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME, AdapterConfig
+from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
 from heterofold_hub.errors import HeteroFoldError, IntegrityError, PairMismatchError
 from heterofold_hub.io import write_bytes_atomic, write_json_atomic
-from heterofold_hub.methods import get_method
-from heterofold_hub.methods.base import AdapterConfig, PairAdapter, non_finite
 
-CONFIG_NAME = "adapter_config.json"
-WEIGHTS_NAME = "adapter.safetensors"
-METRICS_NAME = "metrics.json"  # held-out evaluation written by `hf-fold train`
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")  # refused, never loaded: unpickling runs code
 REFETCH = ("Do not use it: download the package again (`hf-fold pull REPO@VERSION --out NEW_DIR`; for a hub "
            "snapshot, delete the folder first) or re-run `hf-fold train`.")
 
@@ -28,7 +28,12 @@ def sha256_bytes(data: bytes) -> str:
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
-def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
+def non_finite(named_tensors) -> list[str]:
+    """Names, from ``(name, tensor)`` pairs, of the floating-point tensors holding NaN or inf."""
+    return [name for name, t in named_tensors if t.is_floating_point() and not torch.isfinite(t).all()]
+
+
+def save_adapter(adapter, folder: str | Path) -> Path:
     """Write the adapter's weights, then its config (its dataclass as JSON) recording their hash and size. Each
     write is atomic; a save interrupted between the two leaves a config whose hash refuses the new weights."""
     folder = Path(folder)
@@ -45,19 +50,20 @@ def save_adapter(adapter: PairAdapter, folder: str | Path) -> Path:
     return folder
 
 
-def _tensors(adapter: PairAdapter) -> dict:
+def _tensors(adapter) -> dict:
     return {k: v.detach().contiguous().cpu() for k, v in adapter.state_dict().items()}
 
 
-def adapter_bytes(adapter: PairAdapter) -> bytes:
+def adapter_bytes(adapter) -> bytes:
     """The bytes ``save_adapter`` writes as ``adapter.safetensors`` (deterministic), e.g. to hash an adapter."""
     return save(_tensors(adapter))
 
 
-def load_adapter(folder: str | Path) -> PairAdapter:
-    """The adapter saved in ``folder``, frozen and in eval mode. Refuses (IntegrityError, naming the file and the
-    fix) weights that differ from the hash/size the config records, unreadable files, tensors whose names or
-    shapes do not match the config, and pickle-format weights (never unpickled)."""
+def read_package(folder: str | Path) -> tuple[AdapterConfig, dict[str, torch.Tensor], Path]:
+    """``folder``'s config and weights as ``(config, state_dict, weights_path)``, their integrity checked: refuses
+    (IntegrityError, naming the file and the fix) weights that differ from the hash/size the config records,
+    unreadable files, and pickle-format weights (never unpickled). The tensors are checked against the method's
+    shapes by :func:`check_tensors`, once the method is known."""
     folder = Path(folder)
     config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
     if not weights_path.is_file() and folder.is_dir():
@@ -84,12 +90,7 @@ def load_adapter(folder: str | Path) -> PairAdapter:
     except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as err:
         raise IntegrityError(f"{weights_path} is not a readable safetensors file ({err}); it is truncated or "
                              f"corrupt. {REFETCH}") from None
-    with torch.device("meta"):  # the shapes the config implies, without allocating them (an edited config
-        expected = get_method(config.method)(config).state_dict()  # could ask for terabytes)
-    check_tensors(weights_path, state, expected, config)
-    adapter = get_method(config.method)(config)
-    adapter.load_state_dict(state)
-    return adapter.requires_grad_(False).eval()
+    return config, state, weights_path
 
 
 def read_config(path: Path) -> AdapterConfig:
@@ -144,11 +145,9 @@ def check_tensors(path: Path, state: dict, expected: dict, config: AdapterConfig
             + "\n  ".join(problems) + f"\nThe config or the weights were edited, or come from different packages. {REFETCH}")
 
 
-def check_pair(adapter: PairAdapter, sender, receiver, *, source: str | Path) -> None:
+def check_pair(adapter, sender, receiver, *, source: str | Path) -> None:
     """Refuse an adapter fitted for another pair: KV dims and (when recorded) tokenizer fingerprints
     must match the models actually loaded. ``sender``/``receiver`` are ``Side``s."""
-    from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
-
     problems = []
     for role, side in (("sender", sender), ("receiver", receiver)):
         recorded = getattr(adapter.config, f"{role}_spec")
