@@ -26,7 +26,8 @@ def _run(args, argv: list[str]) -> int:
     experiment = config.load(args.name, args.experiments)
     if args.stage not in experiment.stages:
         raise ConfigError(f"{experiment.path} has no [{args.stage}] stage; it has {', '.join(experiment.stages)}")
-    block, result = RUNNERS[args.stage](experiment, ["python", "-m", "benchmarks", *argv], Console(stderr=True))
+    plot = args.results / f"{experiment.name}-{args.stage}.png"
+    block, result = RUNNERS[args.stage](experiment, ["python", "-m", "benchmarks", *argv], Console(stderr=True), plot)
     path = write_stage(experiment.name, args.stage, block, result, args.results)
     print(f"wrote {args.stage} of {experiment.name} to {path}", file=sys.stderr)
     return 0

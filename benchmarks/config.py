@@ -16,6 +16,8 @@ A config names the pair and, per stage it has, what that stage runs::
     windows = [48, 16]
 
     [retrieval]             # exact-fact retrieval (hf-fold eval --task retrieval)
+    [handoff]               # retrieval across a hand-off over recompute settings (benchmarks/handoff.py)
+    [handoff-speed]         # the hand-off call's end-to-end time beside native prefill (benchmarks/handoff.py)
     [bench]                 # timings (hf-fold bench)
     [publish]               # what `python -m benchmarks publish` pushes: repo, version, package (a train table)
 
@@ -32,7 +34,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
-STAGES = ("train", "score", "retrieval", "bench")
+STAGES = ("train", "score", "retrieval", "handoff", "handoff-speed", "bench")
 RUNS = Path("runs") / "experiments"  # train stage packages, relative to the repository root (ignored by git)
 
 
@@ -71,6 +73,26 @@ class Retrieval:
 
 
 @dataclass(frozen=True)
+class Handoff:
+    adapter: str  # repo@version the receiver's model loads (HeteroFoldModel.from_pretrained)
+    grid: str  # recompute settings, "content:0.05,0.1;query+2:0.1;oracle" (benchmarks/handoff.py)
+    lengths: list[int] = field(default_factory=lambda: [512])
+    docs: int = 32
+    formats: list[str] = field(default_factory=lambda: ["code", "prose"])
+    repair: list[int] = field(default_factory=lambda: [0])
+    data: str = "bundled:unseen"
+    batch_size: int = 8
+
+
+@dataclass(frozen=True)
+class HandoffSpeed:
+    adapter: str
+    grid: str
+    lengths: list[int] = field(default_factory=lambda: [512, 2048])
+    repeats: int = 3
+
+
+@dataclass(frozen=True)
 class Bench:
     adapter: str | None = None  # repo@version hf-fold bench must resolve for the pair (checked after the run)
     contexts: list[int] = field(default_factory=lambda: [512])
@@ -99,13 +121,15 @@ class Experiment:
     train: dict[str, dict] = field(default_factory=dict)  # NAME -> hf-fold train arguments (TrainArgs' fields)
     score: Score | None = None
     retrieval: Retrieval | None = None
+    handoff: Handoff | None = None
+    handoff_speed: HandoffSpeed | None = None
     bench: Bench | None = None
     publish: Publish | None = None
     path: Path | None = None
 
     @property
     def stages(self) -> list[str]:
-        return [s for s in STAGES if getattr(self, s)]
+        return [s for s in STAGES if getattr(self, s.replace("-", "_"))]
 
     def package(self, name: str) -> Path:
         """Where ``[train.NAME]`` writes its package."""
@@ -172,11 +196,12 @@ def parse(path: Path, data: dict) -> Experiment:
                 raise _problem(path, f"train.{name}.{key}", f"not an hf-fold train argument; valid: "
                                                             f"{', '.join(sorted(trainable))}")
     sections = {}
-    for key, cls in (("score", Score), ("retrieval", Retrieval), ("bench", Bench), ("publish", Publish)):
+    for key, cls in (("score", Score), ("retrieval", Retrieval), ("handoff", Handoff), ("handoff-speed", HandoffSpeed),
+                     ("bench", Bench), ("publish", Publish)):
         if key in data:
             if not isinstance(data[key], dict):
                 raise _problem(path, key, f"must be a table [{key}]")
-            sections[key] = _section(cls, data[key], path, key)
+            sections[key.replace("-", "_")] = _section(cls, data[key], path, key)
     score = sections.get("score")
     if score:
         if len(score.windows) != len(score.contexts):
@@ -186,6 +211,11 @@ def parse(path: Path, data: dict) -> Experiment:
             raise _problem(path, "score", "scores nothing: give adapters or methods")
     if sections.get("retrieval"):
         _check_adapters(path, "retrieval.adapters", sections["retrieval"].adapters, train)
+    for key in ("handoff", "handoff_speed", "bench"):
+        ref = getattr(sections.get(key), "adapter", None)
+        if ref is not None and (ref.startswith("train:") or not ADAPTER_REF.match(ref)):
+            raise _problem(path, f"{key.replace('_', '-')}.adapter", f"{ref!r} must be a registered repo@version "
+                                                                     "(heterofold/a-to-b@v1.0.0)")
     publish = sections.get("publish")
     if publish and publish.package not in train:
         raise _problem(path, "publish.package", f"{publish.package!r} is not a [train.NAME] of this experiment "

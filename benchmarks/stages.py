@@ -1,6 +1,7 @@
 """The stages an experiment can run, each through the function its ``hf-fold`` command runs (``run_train``,
 ``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure. Each returns
-``(provenance, result)``; the provenance block is started before any model is loaded."""
+``(provenance, result)``; the provenance block is started before any model is loaded. ``plot``: where a stage
+that draws one (retrieval, bench) writes its plot, ``NAME-STAGE.png`` beside the results file."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _fitted(methods: list[str], data: str) -> dict:
     return {m: {"method": m, "source": f"fitted in this run on {data}"} for m in methods}
 
 
-def score(experiment: Experiment, argv: list[str], console: Console) -> tuple[dict, dict]:
+def score(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Fidelity at each context length: ``{"512": hf-fold eval's JSON, ...}``."""
     from heterofold_hub.commands.evaluate import EvalArgs, run_eval
 
@@ -70,7 +71,7 @@ def score(experiment: Experiment, argv: list[str], console: Console) -> tuple[di
     return block, result
 
 
-def retrieval(experiment: Experiment, argv: list[str], console: Console) -> tuple[dict, dict]:
+def retrieval(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Exact-fact retrieval: hf-fold eval --task retrieval's JSON."""
     from heterofold_hub.commands.retrieval import RetrievalArgs, run_retrieval
 
@@ -83,11 +84,12 @@ def retrieval(experiment: Experiment, argv: list[str], console: Console) -> tupl
     args = RetrievalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods),
                          data=cfg.data, calib_data=cfg.calib_data, lengths=list(cfg.lengths), docs=cfg.docs,
                          batch_size=cfg.batch_size, seed=cfg.seed, adapters=folders, registered=False,
-                         recompute=cfg.recompute, select=cfg.select, repair_layers=cfg.repair_layers)
+                         recompute=cfg.recompute, select=cfg.select, repair_layers=cfg.repair_layers,
+                         plot_path=plot)
     return block, _named(run_retrieval(args, console), folders, cfg.adapters)
 
 
-def bench(experiment: Experiment, argv: list[str], console: Console) -> tuple[dict, dict]:
+def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Timings: hf-fold bench's JSON (``{"directions": [...]}`` both ways). hf-fold bench times the adapter the
     registry resolves; the config's ``adapter`` says which that must be, checked so a newer registered version is
     never timed under this experiment's name. Each direction's adapters (recorded by bench before timing) move
@@ -100,7 +102,7 @@ def bench(experiment: Experiment, argv: list[str], console: Console) -> tuple[di
     block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
     args = BenchArgs(sender=experiment.sender, receiver=experiment.receiver, contexts=list(cfg.contexts),
                      repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, recompute=cfg.recompute, select=cfg.select,
-                     query=cfg.query, both_ways=cfg.both_ways)
+                     query=cfg.query, both_ways=cfg.both_ways, plot_path=plot)
     directions = run_bench_command(args, console)
     for direction in directions:
         made = direction.pop("provenance")
@@ -112,7 +114,7 @@ def bench(experiment: Experiment, argv: list[str], console: Console) -> tuple[di
     return block, {"directions": directions}
 
 
-def train(experiment: Experiment, argv: list[str], console: Console) -> tuple[dict, dict]:
+def train(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Each ``[train.NAME]`` package through hf-fold train's trainer into ``runs/experiments/<experiment>/NAME``:
     ``{NAME: {"package", "weights_sha256", "heldout": the trainer's held-out table}}``."""
     import json
@@ -133,4 +135,45 @@ def train(experiment: Experiment, argv: list[str], console: Console) -> tuple[di
     return block, result
 
 
-RUNNERS = {"train": train, "score": score, "retrieval": retrieval, "bench": bench}
+def _model(experiment: Experiment, ref: str):
+    """The hand-off model with the adapter ``ref`` names (``repo@version``), the sender loaded too."""
+    from heterofold_hub.modeling import HeteroFoldModel
+
+    repo_id, version = ref.split("@")
+    return HeteroFoldModel.from_pretrained(experiment.sender, experiment.receiver, adapter=repo_id, revision=version,
+                                           load_sender=True)
+
+
+def _model_block(model, started: dict) -> dict:
+    from heterofold_hub.evaluation.provenance import adapter_record
+
+    started["models"] = {"sender": model_record(model.sender), "receiver": model_record(model.receiver)}
+    started["adapters"] = {"heterofold": adapter_record(model.resolved.adapter, model.resolved)}
+    return started
+
+
+def handoff(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Exact-fact retrieval across the hand-off over the config's recompute grid (benchmarks/handoff.py)."""
+    from benchmarks.handoff import measure_handoff, parse_grid
+
+    cfg = experiment.handoff
+    block = start_provenance(argv)
+    model = _model(experiment, cfg.adapter)
+    _model_block(model, block)
+    return block, measure_handoff(model, parse_grid(cfg.grid, list(cfg.repair)), lengths=list(cfg.lengths),
+                                  docs=cfg.docs, formats=list(cfg.formats), data=cfg.data, batch_size=cfg.batch_size)
+
+
+def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """The hand-off call's end-to-end time per recompute setting beside native prefill (benchmarks/handoff.py)."""
+    from benchmarks.handoff import parse_grid, time_handoff
+
+    cfg = experiment.handoff_speed
+    block = start_provenance(argv)
+    model = _model(experiment, cfg.adapter)
+    _model_block(model, block)
+    return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats)
+
+
+RUNNERS = {"train": train, "score": score, "retrieval": retrieval, "handoff": handoff, "handoff-speed": handoff_speed,
+           "bench": bench}
