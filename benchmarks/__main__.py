@@ -51,11 +51,11 @@ def _report(args) -> int:
     from benchmarks.report import check, write
 
     if args.check:
-        differences = check()
+        differences = check(args.pages)
         for line in differences:
             print(line)
         return 1 if differences else 0
-    for path in write():
+    for path in write(args.pages):
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("--hub-dir", type=Path, default=None)
     report = sub.add_parser("report", help="regenerate README.md's and docs/results.md's tables from the results")
     report.add_argument("--check", action="store_true", help="change nothing; exit 1 listing every figure that differs")
+    report.add_argument("--pages", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose README.md and docs/results.md to write or check (default this one)")
     args = parser.parse_args(argv)
     if args.results is None:
         from benchmarks.record import RESULTS

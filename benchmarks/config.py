@@ -22,7 +22,7 @@ A config names the pair and, per stage it has, what that stage runs::
     [publish]               # what `python -m benchmarks publish` pushes: repo, version, package (a train table)
 
 An adapter is ``repo@version`` (a registered version) or ``train:NAME`` (the package this experiment's
-``[train.NAME]`` writes under ``runs/experiments/<experiment>/NAME``). Every key is checked: a bad one is refused
+``[train.NAME]`` writes under ``runs/experiments/<experiment>/NAME``; ``train:EXPERIMENT/NAME`` another's). Every key is checked: a bad one is refused
 with the file, the key, the valid choices and the fix.
 """
 
@@ -132,11 +132,12 @@ class Experiment:
         return [s for s in STAGES if getattr(self, s.replace("-", "_"))]
 
     def package(self, name: str) -> Path:
-        """Where ``[train.NAME]`` writes its package."""
-        return RUNS / self.name / name
+        """Where ``[train.NAME]`` writes its package (``EXPERIMENT/NAME``: another experiment's)."""
+        other, _, name = name.rpartition("/")
+        return RUNS / (other or self.name) / name
 
 
-ADAPTER_REF = re.compile(r"^(train:[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
+ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list[str]": list, "list[int]": list,
          "str | None": (str, type(None))}
 
@@ -169,8 +170,16 @@ def _check_adapters(path: Path, key: str, refs: list[str], train: dict) -> None:
     for ref in refs:
         if not ADAPTER_REF.match(ref):
             raise _problem(path, key, f"{ref!r} is neither repo@version (heterofold/a-to-b@v1.0.0) nor train:NAME")
-        if ref.startswith("train:") and ref[6:] not in train:
-            raise _problem(path, key, f"{ref!r} names no [train.{ref[6:]}] table; the config trains "
+        if not ref.startswith("train:"):
+            continue
+        other, _, name = ref[6:].rpartition("/")  # train:EXPERIMENT/NAME: another experiment's package
+        if other:
+            source = path.parent / f"{other}.toml"
+            trains = tomllib.loads(source.read_text()).get("train", {}) if source.is_file() else None
+            if trains is None or name not in trains:
+                raise _problem(path, key, f"{ref!r}: {source} has no [train.{name}] table")
+        elif name not in train:
+            raise _problem(path, key, f"{ref!r} names no [train.{name}] table; the config trains "
                                       f"{', '.join(train) or 'nothing'}")
 
 
