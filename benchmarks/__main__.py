@@ -43,7 +43,7 @@ def _publish(args) -> int:
         raise ConfigError(f"{experiment.path} has no [publish] table (package, repo, version)")
     package = ROOT / experiment.package(experiment.publish.package)
     run_push(package, repo_id=experiment.publish.repo, version=experiment.publish.version, hub=args.hub,
-             hub_dir=args.hub_dir, token=None, registry_path=None, license=None)
+             hub_dir=args.hub_dir, token=None, registry_path=args.registry, license=None)
     return 0
 
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     publish = sub.add_parser("publish", help="push the package an experiment's [publish] names (hf-fold push)")
     publish.add_argument("name")
     publish.add_argument("--hub", default="local", help="local, hf or a URL (as hf-fold push --hub)")
-    publish.add_argument("--hub-dir", type=Path, default=None)
+    publish.add_argument("--hub-dir", type=Path, default=None, help="the local hub's folder (default the project's hub/)")
+    publish.add_argument("--registry", type=Path, default=None, help="registry.json to register in (default the project's)")
     report = sub.add_parser("report", help="regenerate README.md's and docs/results.md's tables from the results")
     report.add_argument("--check", action="store_true", help="change nothing; exit 1 listing every figure that differs")
     report.add_argument("--pages", type=Path, default=Path(__file__).resolve().parents[1],

@@ -28,6 +28,7 @@ with the file, the key, the valid choices and the fix.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
@@ -35,7 +36,8 @@ from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 STAGES = ("train", "score", "retrieval", "handoff", "handoff-speed", "bench")
-RUNS = Path("runs") / "experiments"  # train stage packages, relative to the repository root (ignored by git)
+# train stage packages, relative to the repository root (ignored by git); tests point it elsewhere
+RUNS = Path(os.environ.get("HF_FOLD_EXPERIMENT_RUNS", Path("runs") / "experiments"))
 
 
 class ConfigError(ValueError):
@@ -99,6 +101,7 @@ class Bench:
     repeats: int = 3
     both_ways: bool = False
     dtype: str = "float32"
+    device: str = "auto"  # auto: cuda when there is one
     data: str = "bundled:unseen"
     recompute: float = 0.0
     select: str = "content"

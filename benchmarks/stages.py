@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.config import Experiment
+from benchmarks.config import ConfigError, Experiment
 from benchmarks.record import model_record, start_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,27 +90,30 @@ def retrieval(experiment: Experiment, argv: list[str], console: Console, plot: P
 
 
 def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
-    """Timings: hf-fold bench's JSON (``{"directions": [...]}`` both ways). hf-fold bench times the adapter the
-    registry resolves; the config's ``adapter`` says which that must be, checked so a newer registered version is
-    never timed under this experiment's name. Each direction's adapters (recorded by bench before timing) move
-    into the one block."""
+    """Timings: hf-fold bench's JSON (``{"directions": [...]}``). hf-fold bench times the adapter the registry
+    resolves for the pair; the config's ``adapter`` says which that must be, checked before timing, so a newer
+    registered version is never timed under this experiment's name. Each direction's adapters (recorded by bench
+    before timing) move into the one block."""
     from heterofold_hub.commands.bench import BenchArgs, run_bench_command
+    from heterofold_hub.hub.resolve import resolve_adapter
 
     cfg = experiment.bench
     block = start_provenance(argv)
     sender, receiver = _sides(experiment)
     block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    if cfg.adapter is not None:
+        found = resolve_adapter(sender, receiver)
+        if f"{found.repo_id}@{found.version}" != cfg.adapter:
+            raise ConfigError(f"{experiment.path}: bench.adapter: the registry resolves {found.repo_id}@{found.version} "
+                              f"for this pair, not {cfg.adapter}; hf-fold bench times what it resolves. Set "
+                              "bench.adapter to it (in a new experiment if these figures must stay)")
     args = BenchArgs(sender=experiment.sender, receiver=experiment.receiver, contexts=list(cfg.contexts),
-                     repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, recompute=cfg.recompute, select=cfg.select,
-                     query=cfg.query, both_ways=cfg.both_ways, plot_path=plot)
+                     repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, device=cfg.device, recompute=cfg.recompute,
+                     select=cfg.select, query=cfg.query, both_ways=cfg.both_ways, plot_path=plot)
     directions = run_bench_command(args, console)
     for direction in directions:
         made = direction.pop("provenance")
         block["adapters"][f"{direction['sender']} -> {direction['receiver']}"] = made["adapters"]
-    source = block["adapters"][f"{experiment.sender} -> {experiment.receiver}"].get("heterofold", {}).get("source")
-    if cfg.adapter is not None and source != cfg.adapter:
-        raise SystemExit(f"bench timed {source}, but {experiment.path} names {cfg.adapter}: the registry now resolves "
-                         "another version; set bench.adapter to it (a new experiment if the old figures must stay)")
     return block, {"directions": directions}
 
 
