@@ -26,7 +26,8 @@ def start_provenance(argv: list[str]) -> dict:
 
 
 def model_record(side) -> dict:
-    """A loaded model's id and revision (a GGUF's ``sha256:``, else the Hub commit; None for a local folder)."""
+    """A model's id and revision: a GGUF's ``sha256:``, else the Hub commit it loaded at; None for a local folder,
+    such as the bundled tiny models (``heterofold_hub/zoo/models/``), which the git commit identifies."""
     return {"id": side.name, "revision": side.revision}
 
 

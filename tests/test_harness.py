@@ -215,3 +215,17 @@ def test_each_results_file_belongs_to_an_experiment_with_one_block_per_stage(pat
             assert block["git"] == {"commit": None, "dirty": None} and block["migrated_from"], stage
         for source in block.get("migrated_from", {}).values():
             assert len(source["committed_in"]) == 40, source
+
+
+def test_bench_refuses_to_time_another_adapter_than_its_config_names(tmp_path):
+    """hf-fold bench times what the registry resolves; a config naming another version stops before timing."""
+    write_config(tmp_path, "old-bench", HEAD + """
+        [bench]
+        adapter = "heterofold/tiny-llama-code-to-tiny-qwen-code@v1.0.0"
+        contexts = [64]
+        repeats = 1
+        """)
+    run = harness("--experiments", str(tmp_path), "--results", str(tmp_path / "results"), "run", "old-bench",
+                  "--stage", "bench")
+    assert run.returncode == 2 and "bench.adapter: the registry resolves" in run.stderr, run.stderr
+    assert "timing" not in run.stderr and not (tmp_path / "results" / "old-bench.json").exists()
