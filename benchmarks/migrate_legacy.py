@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 from benchmarks.config import STAGES
 from benchmarks.record import RESULTS

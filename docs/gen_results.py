@@ -10,13 +10,12 @@ timings, and the pivot first-leg probe. Every figure is read from a committed fi
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_tables import ROOT, _load, write_blocks  # noqa: E402
+from gen_tables import _load  # noqa: E402
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
 # gen_tables.DIRECTIONS: (experiment, stage), or a history run's file under benchmarks/results/.
@@ -121,9 +120,6 @@ def blocks() -> dict[str, str]:
             "leg-error": leg_error_markdown()}
 
 
-if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        write_blocks(ROOT / "docs" / "results.md", blocks())
-    else:
-        for name, body in blocks().items():
-            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
+if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
+    for name, body in blocks().items():
+        print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")

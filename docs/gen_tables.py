@@ -193,9 +193,6 @@ def generated_block(text: str, name: str) -> str:
     return text.split(f"<!-- gen:{name} -->\n", 1)[1].split(f"\n<!-- /gen:{name} -->", 1)[0]
 
 
-if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        write_blocks(ROOT / "README.md", blocks())
-    else:
-        for name, body in blocks().items():
-            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
+if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
+    for name, body in blocks().items():
+        print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
