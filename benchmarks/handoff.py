@@ -1,34 +1,23 @@
-"""Facts across a hand-off: retrieval exact match over recompute settings, the receiver reading its own question.
+"""The hand-off's two measurements, run by the harness's ``handoff`` and ``handoff-speed`` stages
+(``python -m benchmarks run NAME --stage handoff``): exact-fact retrieval over recompute settings with the receiver
+reading its own question, and the end-to-end time of the user's call beside native prefill.
 
-    python benchmarks/handoff.py --name s2g-screen --lengths 512,1024,2048 --docs 32 --formats code,prose \
-        --grid "content:0.02,0.05,0.1,0.2;query:0.02,0.05,0.1;tail:0.1;oracle" --repair 0,2
-
-Writes benchmarks/results/handoff/NAME.json (every setting's hits per document, so settings compare paired) with
-the command, commit, adapter and library versions, and prints one table per format.
+A grid names the settings: ``"content:0.02,0.05;query+2:0.1;oracle"`` (select:fractions, +N repairs the first N
+layers too); the pure transfer always comes first.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.evaluation.handoff import Setting, evaluate_handoff, make_handoff_prompts, wilson  # noqa: E402
-from heterofold_hub.evaluation.retrieval import filler_texts, known_facts  # noqa: E402
-from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.evaluation.handoff import Setting, evaluate_handoff, make_handoff_prompts, wilson
+from heterofold_hub.evaluation.retrieval import filler_texts, known_facts
+from heterofold_hub.modeling import HeteroFoldModel
 
 
 def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
@@ -40,22 +29,6 @@ def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
         for fraction in ([None] if select == "oracle" else [float(f) for f in fractions.split(",")]):
             settings += [Setting(select, fraction or 0.0, r) for r in ([int(repair)] if repair else repairs)]
     return list(dict.fromkeys(settings))
-
-
-def provenance(model: HeteroFoldModel) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
-    import transformers
-
-    import heterofold_hub
-
-    resolved = model.resolved
-    return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit, "dirty": dirty,
-            "adapter": resolved.describe() if resolved else None,
-            "library": {"heterofold_hub": heterofold_hub.__version__, "torch": torch.__version__,
-                        "transformers": transformers.__version__, "python": platform.python_version()},
-            "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def table(result: dict, fmt: str) -> Table:
@@ -75,47 +48,59 @@ def table(result: dict, fmt: str) -> Table:
     return t
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--sender", default="gguf/smollm2-135m-instruct-q4_1")
-    parser.add_argument("--receiver", default="gguf/gemma3-270m-q4_k_m")
-    parser.add_argument("--lengths", default="512,1024,2048")
-    parser.add_argument("--docs", type=int, default=32)
-    parser.add_argument("--formats", default="code,prose")
-    parser.add_argument("--grid", default="content:0.05,0.1,0.2;query:0.05,0.1;tail:0.1;oracle")
-    parser.add_argument("--repair", default="0")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--data", default="bundled:unseen")
-    args = parser.parse_args()
-
-    model = HeteroFoldModel.from_pretrained(args.sender, args.receiver, load_sender=True)
-    settings = parse_grid(args.grid, [int(r) for r in args.repair.split(",")])
-    fillers = filler_texts(read_texts(args.data))
+def measure_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: list[int], docs: int,
+                    formats: list[str], data: str, batch_size: int) -> dict:
+    """Exact match per (format, length, setting), every setting's hits per document (so settings compare paired)."""
+    fillers = filler_texts(read_texts(data))
     exclude = known_facts(read_texts("bundled:wide"))
-    lengths = [int(n) for n in args.lengths.split(",")]
-    result = {"sender": args.sender, "receiver": args.receiver, "lengths": lengths, "docs": args.docs,
-              "data": args.data, "settings": [s.__dict__ for s in settings], "formats": {},
-              "provenance": provenance(model)}
-    out = ROOT / "benchmarks" / "results" / "handoff" / f"{args.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    console = Console()
-    for fmt in args.formats.split(","):
+    result = {"sender": model.sender.name, "receiver": model.receiver.name, "lengths": lengths, "docs": docs,
+              "data": data, "settings": [s.__dict__ for s in settings], "formats": {}}
+    for fmt in formats:
         result["formats"][fmt] = {}
         for n in lengths:
-            prompts = make_handoff_prompts(fillers, model.receiver, n, args.docs, fmt=fmt, exclude=exclude)
+            prompts = make_handoff_prompts(fillers, model.receiver, n, docs, fmt=fmt, exclude=exclude)
             rows = evaluate_handoff(model.sender, model.receiver, model.pipeline, prompts, settings,
-                                    batch_size=args.batch_size, progress=sys.stderr.isatty(),
-                                    log=lambda line: print(f"{time.strftime('%H:%M:%S')} {fmt} {n}: {line}", flush=True))
+                                    batch_size=batch_size, progress=sys.stderr.isatty(),
+                                    log=lambda line: print(f"{time.strftime('%H:%M:%S')} {fmt} {n}: {line}",
+                                                           file=sys.stderr, flush=True))
             for row in rows.values():
                 row["interval"] = wilson(row["correct"], row["n"])
             result["formats"][fmt][str(n)] = rows
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(result, indent=1))
-            os.replace(tmp, out)  # written after every length: a long run keeps what it measured
-            print(f"{fmt} {n}: " + ", ".join(f"{k}={v['accuracy']:.2f}" for k, v in rows.items()), flush=True)
-        console.print(table(result, fmt))
+        Console(stderr=True).print(table(result, fmt))
+    return result
 
 
-if __name__ == "__main__":
-    main()
+def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: list[int], repeats: int) -> dict:
+    """End-to-end hand-off time with selective recompute beside the receiver's native prefill, in one run.
+
+    Every figure is what a user's call pays: ``model.transfer(prefill, text, ...)`` (plan + map + selection +
+    recompute), against ``native_prefill`` of the same text; batch 1, the median of ``repeats`` interleaved rounds
+    after a warm-up (:func:`~heterofold_hub.evaluation.bench.median_seconds`). Also the map alone into the receiver's
+    own cache and into a working cache that keeps every position of the sliding layers (what a recompute reads)."""
+    from heterofold_hub.evaluation.bench import median_seconds
+    from heterofold_hub.transfer.fast import map_cache, map_every_position
+    from heterofold_hub.transfer.pipeline import native_prefill
+
+    fillers = filler_texts(read_texts("bundled:unseen"))
+    result = {"sender": model.sender.name, "receiver": model.receiver.name, "batch": 1, "repeats": repeats, "lengths": {}}
+    for n in lengths:
+        p = make_handoff_prompts(fillers, model.receiver, n, 1, fmt="code")[0]
+        prefill = model.prefill_sender([p.context], surprisal=True)
+        plan = model.pipeline.plan([p.context])
+        layers = prefill.layers
+        dtype = model.receiver.model.dtype
+        calls = {"native_prefill_s": lambda: native_prefill(model.receiver, [p.context]),
+                 "plan_s": lambda: model.pipeline.plan([p.context]),
+                 "map_s": lambda: map_cache(model.adapter, plan, layers, dtype=dtype),
+                 "map_every_position_s": lambda: map_every_position(model.adapter, plan, layers, dtype=dtype)}
+        for s in settings:  # what the user's call pays: plan + map + selection + recompute
+            calls[s.name] = (lambda s=s: model.transfer(prefill, [p.context], recompute=s.fraction, select=s.select,
+                                                        query=[p.question], repair_layers=s.repair_layers,
+                                                        spans=[[p.span]]))
+        seconds = median_seconds(calls, repeats)  # side by side, rounds interleaved
+        row = {name: seconds[name] for name in ("native_prefill_s", "plan_s", "map_s", "map_every_position_s")}
+        row["settings"] = {s.name: {"end_to_end_s": seconds[s.name], "speedup": row["native_prefill_s"] / seconds[s.name],
+                                    "recomputed_share": (calls[s.name]().recompute or {}).get("share", 0.0)}
+                           for s in settings}
+        result["lengths"][str(p.tokens)] = row
+    return result

@@ -16,13 +16,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "handoff"
+HARNESS = RESULTS.parent / "real-s2g-handoff.json"  # what was handoff/s2g-512.json
 
 
-def points(paths: list[Path]) -> dict:
+def points(results: list[dict]) -> dict:
     """{(format, length): {strategy: [(recomputed share, kept)]}}, strategies named without their share."""
     out: dict = {}
-    for path in paths:
-        result = json.loads(path.read_text())
+    for result in results:
         for fmt, by_length in result["formats"].items():
             for length, rows in by_length.items():
                 for name, row in rows.items():
@@ -38,7 +38,9 @@ def points(paths: list[Path]) -> dict:
 
 def main() -> None:
     paths = sorted(p for p in RESULTS.glob("s2g-*.json") if "screen-v1" not in p.name)
-    panels = points(paths)
+    results = [json.loads(p.read_text()) for p in paths]  # history runs, and the harness's experiment:
+    results.append(json.loads(HARNESS.read_text())["stages"]["handoff"]["result"])
+    panels = points(results)
     keys = sorted(panels)
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.5), squeeze=False)
     for ax, key in zip(axes[0], keys):

@@ -1,27 +1,28 @@
 """The generated tables of ``docs/results.md`` other than fidelity and hand-off tables (those come from
 ``heterofold_hub.evaluation``'s own generators): retrieval into Gemma 3, the real pair's and the tiny pair's
-timings, and the pivot first-leg probe. Every figure is read from a committed file under ``benchmarks/results/``;
-``tests/test_readme.py`` holds the page to this output.
+timings, and the pivot first-leg probe. Every figure is read from a committed file under ``benchmarks/results/``
+(an experiment's NAME.json, or a history run's file); ``python -m benchmarks report --check`` and
+``tests/test_readme.py`` hold the page to this output.
 
     python docs/gen_results.py            # print the blocks
-    python docs/gen_results.py --write    # rewrite them in docs/results.md, between their <!-- gen:NAME --> markers
+    python -m benchmarks report           # rewrite them (and README.md's), between their <!-- gen:NAME --> markers
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_tables import RESULTS, ROOT, write_blocks  # noqa: E402
+from gen_tables import _load  # noqa: E402
 
-# (file, row in it, label shown): which committed retrieval result is which adapter
+# (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
+# gen_tables.DIRECTIONS: (experiment, stage), or a history run's file under benchmarks/results/.
 RETRIEVAL_ROWS = [
-    ("real/retrieval-s2g-wide5.json", "native", "native"),
-    ("real/retrieval-s2g-wide5.json", "no-context", "no-context"),
-    ("real/retrieval-s2g-wide5.json", "heterofold", "heterofold v1.3.0 (wide, 4 sources)"),
+    (("real-s2g", "retrieval"), "native", "native"),
+    (("real-s2g", "retrieval"), "no-context", "no-context"),
+    (("real-s2g", "retrieval"), "heterofold", "heterofold v1.3.0 (wide, 4 sources)"),
     ("real/retrieval-s2g-wide3.json", "heterofold (s2g-wide2)", "heterofold v1.2.0 (wide)"),
     ("real/retrieval-s2g-wide3.json", "heterofold", "heterofold wide + recall (not published)"),
     ("real/retrieval-s2g-wide4.json", "heterofold", "heterofold wide + recall + copy weight 3 (not published)"),
@@ -40,10 +41,6 @@ LEG_ERROR_ROWS = [  # (file, first leg as the probe names it, label, pivot layer
      "SmolLM2 -> Gemma 3, heterofold v1.3.0 (shipped)"),
     ("pivot/probe-leg-error-s2l.json", "runs/pivot/s2g-kv-ridge", "SmolLM2 -> Gemma 3, KV Ridge"),
 ]
-
-
-def _load(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
 
 
 def retrieval_markdown(rows=RETRIEVAL_ROWS) -> str:
@@ -66,10 +63,10 @@ def retrieval_markdown(rows=RETRIEVAL_ROWS) -> str:
     return "\n".join(lines)
 
 
-def real_speed_markdown(s2g: str = "real/bench-s2g.json", g2s: str = "real/bench-g2s.json") -> str:
+def real_speed_markdown(s2g=("real-bench-long-s2g", "bench"), g2s=("real-bench-long-g2s", "bench")) -> str:
     """Per context length: the heterofold transfer's speed-up over the receiver's prefill (the plan reused), its
     time, and the prefill's time, in both directions."""
-    a, b = _load(s2g), _load(g2s)
+    a, b = _load(s2g)["directions"][0], _load(g2s)["directions"][0]
     rows_b = {r["context_tokens"]: r for r in b["rows"]}
     lines = ["| receiver tokens | SmolLM2 -> Gemma 3 | Gemma 3 prefill | Gemma 3 -> SmolLM2 | SmolLM2 prefill |",
              "| ---: | ---: | ---: | ---: | ---: |"]
@@ -82,8 +79,8 @@ def real_speed_markdown(s2g: str = "real/bench-s2g.json", g2s: str = "real/bench
     return "\n".join(lines)
 
 
-def bench_markdown(file: str = "bench.json") -> str:
-    """The tiny pair's ``benchmarks/transfer_vs_prefill.py`` table, in milliseconds."""
+def bench_markdown(file=("tiny-bench", "bench")) -> str:
+    """The tiny pair's bench table (``python -m benchmarks run tiny-bench --stage bench``), in milliseconds."""
     result = _load(file)
     methods = ["heterofold", "kv-ridge", "dense-latent"]
     lines = ["| direction | context | prefill | plan | copy | " + " | ".join(methods) +
@@ -123,9 +120,6 @@ def blocks() -> dict[str, str]:
             "leg-error": leg_error_markdown()}
 
 
-if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        write_blocks(ROOT / "docs" / "results.md", blocks())
-    else:
-        for name, body in blocks().items():
-            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
+if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
+    for name, body in blocks().items():
+        print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")

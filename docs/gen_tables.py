@@ -1,9 +1,10 @@
 """The README's generated blocks: the "what to expect" table of each direction of the real pair, and the adapters
-available. Every figure is read from a committed file (``benchmarks/results/``, ``registry.json``), never typed;
-``tests/test_readme.py`` holds the README to this output.
+available. Every figure is read from a committed file (an experiment's ``benchmarks/results/NAME.json``,
+``registry.json``), never typed; ``python -m benchmarks report --check`` and ``tests/test_readme.py`` hold the
+README to this output.
 
     python docs/gen_tables.py            # print the blocks
-    python docs/gen_tables.py --write    # rewrite them in README.md, between their <!-- gen:NAME --> markers
+    python -m benchmarks report          # rewrite them (and docs/results.md's), between their <!-- gen:NAME --> markers
 """
 
 from __future__ import annotations
@@ -18,36 +19,66 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # gen_catalogue, besid
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-# Which committed result shows what, per direction. Names only: every figure comes from these files.
+# Which result shows what, per direction. Names only: every figure comes from these files. A source is
+# (experiment, stage[, key]): benchmarks/results/EXPERIMENT.json's stage result (a train stage's key: that package's
+# held-out table; a score stage's key: the context length). A plain string is a file under benchmarks/results/ the
+# harness did not write (a history run kept as it was).
 DIRECTIONS = {
     "s2g": {
         "title": "SmolLM2-135M -> Gemma 3 270M",
         "adapter": "heterofold/smollm2-135m-to-gemma3-270m v1.3.0",
-        "fidelity": {512: ("real/fidelity-s2g-512-wide5.json", "real/fidelity-s2g-512-kv-ridge-wide5.json"),
-                     2048: ("real/fidelity-s2g-2048-wide5.json", "real/fidelity-s2g-2048-kv-ridge-wide5.json")},
-        "retrieval": ("handoff/s2g-512.json", "code", "query@0.05"),
-        "speed": ("handoff/speed-s2g.json", "query@0.05"),
-        "both_baselines": "real/bench-real.json",
+        "fidelity": {512: (("real-s2g", "train", "heterofold"), ("real-s2g", "train", "kv-ridge")),
+                     2048: (("real-s2g", "score", "2048"), ("real-s2g", "score", "2048"))},
+        "retrieval": (("real-s2g-handoff", "handoff"), "code", "query@0.05"),
+        "speed": (("real-s2g-handoff-speed", "handoff-speed"), "query@0.05"),
+        "both_baselines": ("real-bench", "bench"),
     },
     "g2s": {
         "title": "Gemma 3 270M -> SmolLM2-135M",
         "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.1.0",
-        "fidelity": {512: ("real/fidelity-g2s-512-wide.json", "real/fidelity-g2s-512-kv-ridge-wide.json"),
-                     2048: ("real/fidelity-g2s-2048-wide.json", "real/fidelity-g2s-2048.json")},
+        "fidelity": {512: (("real-g2s", "train", "heterofold"), ("real-g2s", "train", "kv-ridge")),
+                     2048: (("real-g2s", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
         "retrieval": None,  # no committed retrieval result with SmolLM2 receiving
-        "bench": ("real/bench-g2s.json", 2048),
-        "prose": "real/fidelity-g2s-512-prose.json",
-        "both_baselines": "real/bench-real.json",
+        "bench": (("real-bench-long-g2s", "bench"), 2048),
+        "prose": ("real-g2s-prose", "score", "512"),
+        "both_baselines": ("real-bench", "bench"),
     },
 }
 
 
-def _load(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
+def _file(src) -> str:
+    """The results file a source names, relative to benchmarks/results/."""
+    return src if isinstance(src, str) else f"{src[0]}.json"
 
 
-def _link(name: str, prefix: str) -> str:
+def stage(src) -> dict:
+    """The stage entry ``{"provenance", "result"}`` a source names (a history file: its JSON as the result)."""
+    data = json.loads((RESULTS / _file(src)).read_text())
+    if isinstance(src, str):
+        return {"provenance": data.get("provenance"), "result": data}
+    return data["stages"][src[1]]
+
+
+def _load(src) -> dict:
+    """The result a source names: a train package's held-out table, a score context's table, a stage's result
+    (one bench direction: that direction's)."""
+    result = stage(src)["result"]
+    if isinstance(src, str):
+        return result
+    if src[1] == "train":
+        return result[src[2]]["heldout"]
+    if len(src) > 2:
+        return result[src[2]]
+    return result
+
+
+def _link(src, prefix: str) -> str:
+    name = _file(src)
     return f"[{Path(name).name}]({prefix}benchmarks/results/{name})"
+
+
+def _links(sources, prefix: str) -> str:
+    return ", ".join(dict.fromkeys(_link(s, prefix) for s in sources))
 
 
 def _row(result: dict, method: str) -> dict:
@@ -66,7 +97,7 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
         lines.append(
             f"| context benefit kept, unseen code, {length} tokens ({own['windows']} windows) | "
             f"**{r['recovered']:.3f} ± {r['recovered_se']:.3f}** (KL {r['kl']:.3f}; KV Ridge "
-            f"{b['recovered']:.3f} ± {b['recovered_se']:.3f}) | {_link(own_file, prefix)}, {_link(baseline_file, prefix)} |")
+            f"{b['recovered']:.3f} ± {b['recovered_se']:.3f}) | {_links((own_file, baseline_file), prefix)} |")
     if spec.get("retrieval"):
         file, fmt, setting = spec["retrieval"]
         result = _load(file)
@@ -86,11 +117,11 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
             cells.append(f"{n} tokens: {s['transfer']['speedup']:.1f}x pure transfer, {s[setting]['speedup']:.1f}x "
                          f"with `{setting}`")
         lines.append(f"| end-to-end speed-up over the receiver's own prefill (plan + map + recompute, batch "
-                     f"{result['batch']}, {result['provenance']['threads']} CPU threads) | {'; '.join(cells)} | "
+                     f"{result['batch']}, {stage(file)['provenance']['threads']} CPU threads) | {'; '.join(cells)} | "
                      f"{_link(file, prefix)} |")
     if spec.get("bench"):
         file, length = spec["bench"]
-        result = _load(file)
+        result = _load(file)["directions"][0]
         cells = []
         for row in result["rows"]:
             if row["context_tokens"] < length:
@@ -162,9 +193,6 @@ def generated_block(text: str, name: str) -> str:
     return text.split(f"<!-- gen:{name} -->\n", 1)[1].split(f"\n<!-- /gen:{name} -->", 1)[0]
 
 
-if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        write_blocks(ROOT / "README.md", blocks())
-    else:
-        for name, body in blocks().items():
-            print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")
+if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
+    for name, body in blocks().items():
+        print(f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->\n")

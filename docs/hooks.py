@@ -4,7 +4,8 @@ them is copied by hand.
 - ``index.md``: the README, its links rewritten for the site.
 - ``catalogue/``: the adapter catalogue and history, from ``registry.json`` and the hub (``docs/gen_catalogue.py``).
 - ``changelog.md``: ``CHANGELOG.md``.
-- ``assets/results/``: every committed results file (plots, JSON, text), so pages can show and link them.
+- ``assets/results/``: every results file (plots, JSON, text: experiments' ``NAME.json`` and the history runs'
+  files), so pages can show and link them.
 - ``cli-conventions.md``: a placeholder only while the CLI branch's page is not in ``docs/`` yet.
 """
 
@@ -75,7 +76,7 @@ def on_files(files, config):
         add(uri, content=text)
     results = ROOT / "benchmarks" / "results"
     for path in sorted(results.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.suffix != ".lock":  # a lock beside a results file is not a result
             add(f"{ASSETS}/results/{path.relative_to(results).as_posix()}", path=path)
     for name, target in ROOT_FILES.items():
         add(f"{ASSETS}/{target}", path=ROOT / name)

@@ -2,19 +2,24 @@
 (benchmarks/results/) or registry.json, so no figure is typed in by hand or taken from an ignored run folder."""
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown, labelled, merge_results
+from heterofold_hub.evaluation.reports import fidelity_markdown, labelled, merge_results
 
 from helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "docs"))
+sys.path.insert(0, str(ROOT))
 import gen_results  # noqa: E402
 import gen_tables  # noqa: E402
+from benchmarks import report  # noqa: E402
 
 README_MAX_LINES = 220
 
@@ -23,29 +28,18 @@ def pages() -> str:
     """The text that shows results: the README (a product page) and docs/results.md (every experiment)."""
     return (ROOT / "README.md").read_text() + "\n\n" + (ROOT / "docs" / "results.md").read_text()
 
-REFERENCE_ROWS = ("| native |", "| no-context |")
-RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*/fidelity-*.json"))
+FIDELITY = report.fidelity_tables()
 
 
 def test_fidelity_results_are_committed():
-    assert RESULTS, "benchmarks/results/*/fidelity-*.json holds the README's fidelity figures"
+    assert any(where.startswith("real-s2g.json") for where, _ in FIDELITY), "the README's fidelity figures"
 
 
-@pytest.mark.parametrize("path", RESULTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_the_docs_show_each_committed_fidelity_result_exactly(path: Path):
+@pytest.mark.parametrize("where, result", FIDELITY, ids=[where for where, _ in FIDELITY])
+def test_the_docs_show_each_committed_fidelity_result_exactly(where, result):
     """Its caption, then a table holding every row of it as generated (results scored on the same windows share
     one table: merge_results)."""
-    result = json.loads(path.read_text())
-    readme = pages()
-    caption = fidelity_caption(result)
-    assert caption in readme, f"README.md and docs/results.md lack the caption of {path.name}"
-    tables = [part.split("\n\n", 2)[1] for part in readme.split(caption)[1:]]
-    # its own method rows' figures exactly (references come from the first result of a merged table, equal to
-    # rounding; a row may be labelled, e.g. "composed + calibration", so the name cell is not compared)
-    figures = lambda row: row.split("|", 2)[2]
-    rows = [figures(row) for row in fidelity_markdown(result).splitlines()[2:] if not row.startswith(REFERENCE_ROWS)]
-    assert any(all(row in {figures(line) for line in table.splitlines()[2:]} for row in rows) for table in tables), \
-        f"no table under its caption holds {path.name}'s rows exactly"
+    assert report.fidelity_differences(pages(), where, result) == []
 
 
 def test_merged_tables_refuse_results_from_other_windows():
@@ -83,35 +77,82 @@ def test_a_row_can_be_labelled_by_name(tmp_path):
         labelled(f"{path}=recolor:mine")
 
 
-HANDOFF = sorted(p for p in (ROOT / "benchmarks" / "results" / "handoff").glob("s2g-*.json") if "screen-v1" not in p.name)
+HANDOFF = report.handoff_tables()
 
 
-@pytest.mark.parametrize("path", HANDOFF, ids=lambda p: p.name)
-def test_the_docs_show_each_hand_off_result_exactly(path: Path):
-    """Every hand-off retrieval table is generated from its committed JSON (per format)."""
-    from heterofold_hub.evaluation.handoff import handoff_markdown
-
-    result, readme = json.loads(path.read_text()), pages()
-    for fmt in result["formats"]:
-        assert handoff_markdown(result, fmt) in readme, f"docs/results.md lacks {path.name}'s {fmt} table as generated"
+@pytest.mark.parametrize("where, table", HANDOFF, ids=[where for where, _ in HANDOFF])
+def test_the_docs_show_each_hand_off_result_exactly(where, table):
+    """Every hand-off retrieval and speed table is generated from its committed JSON (per format)."""
+    assert table in pages(), f"docs/results.md lacks {where}'s table as generated"
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "results" / "handoff").glob("speed-*.json")),
-                         ids=lambda p: p.name)
-def test_the_docs_show_each_hand_off_speed_result_exactly(path: Path):
-    from heterofold_hub.evaluation.handoff import speed_markdown
+def test_every_figure_matches_its_file():
+    """What `python -m benchmarks report --check` runs: every generated block, fidelity and hand-off table."""
+    assert report.check() == []
 
-    assert speed_markdown(json.loads(path.read_text())) in pages()
+
+def _copy_pages(tmp_path: Path) -> Path:
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
+    return tmp_path
+
+
+def _one_figure(table: str) -> str:
+    """The first figure cell (a number) of a Markdown table's body rows."""
+    for line in table.splitlines()[2:]:
+        for cell in line.strip("|").split("|")[1:]:
+            if re.search(r"\d\.\d", cell):
+                return cell
+    raise AssertionError(f"no figure in {table[:200]!r}")
+
+
+def _bump(cell: str) -> str:
+    """The cell with its first digit after a decimal point changed."""
+    return re.sub(r"(\.)(\d)", lambda m: m.group(1) + str((int(m.group(2)) + 1) % 10), cell, count=1)
+
+
+EDITS = {  # page, and the table a figure of it is edited in: every kind of table the check covers
+    **{f"README {name}": ("README.md", lambda name=name: gen_tables.blocks()[name]) for name in gen_tables.blocks()},
+    **{f"results {name}": ("docs/results.md", lambda name=name: gen_results.blocks()[name]) for name in gen_results.blocks()},
+    "results fidelity": ("docs/results.md", lambda: fidelity_markdown(dict(FIDELITY)["real-s2g.json score 2048"])),
+    "results hand-off": ("docs/results.md", lambda: HANDOFF[0][1]),
+    "results hand-off speed": ("docs/results.md", lambda: dict(HANDOFF)["real-s2g-handoff-speed.json handoff-speed"]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_the_check_fails_when_a_figure_is_edited(tmp_path, edit):
+    """A copy of the pages with one figure changed: the check names it."""
+    page, table_of = EDITS[edit]
+    root = _copy_pages(tmp_path)
+    table = table_of()
+    cell = _one_figure(table)
+    row = next(line for line in table.splitlines() if cell in line)
+    text = (root / page).read_text()
+    assert row in text, f"{page} does not show {edit}'s row as generated"
+    (root / page).write_text(text.replace(row, row.replace(cell, _bump(cell), 1)))
+    assert report.check(root), f"editing {cell!r} in {page} ({edit}) went unnoticed"
+
+
+def test_report_check_exits_1_listing_the_figure(tmp_path):
+    root = _copy_pages(tmp_path)
+    cell = _one_figure(gen_tables.blocks()["expect-s2g"]).strip()
+    readme = (root / "README.md").read_text()
+    (root / "README.md").write_text(readme.replace(cell, _bump(cell), 1))
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "report", "--check", "--pages", str(root)], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 1 and repr(_bump(cell)) in run.stdout and repr(cell) in run.stdout, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("name", sorted(gen_tables.blocks()))
 def test_the_readme_blocks_are_as_generated(name):
     """The "what to expect" tables and the adapter list: every cell from committed results and registry.json
-    (`python docs/gen_tables.py --write` rewrites them)."""
+    (`python -m benchmarks report` rewrites them)."""
     readme = (ROOT / "README.md").read_text()
     assert f"<!-- gen:{name} -->" in readme, f"README.md lacks its generated block {name!r}"
     assert gen_tables.generated_block(readme, name) == gen_tables.blocks()[name], \
-        f"README.md's {name!r} block differs from its files: run python docs/gen_tables.py --write"
+        f"README.md's {name!r} block differs from its files: run python -m benchmarks report"
 
 
 @pytest.mark.parametrize("name", sorted(gen_results.blocks()))
@@ -119,7 +160,7 @@ def test_the_results_page_blocks_are_as_generated(name):
     page = (ROOT / "docs" / "results.md").read_text()
     assert f"<!-- gen:{name} -->" in page, f"docs/results.md lacks its generated block {name!r}"
     assert gen_tables.generated_block(page, name) == gen_results.blocks()[name], \
-        f"docs/results.md's {name!r} block differs from its files: run python docs/gen_results.py --write"
+        f"docs/results.md's {name!r} block differs from its files: run python -m benchmarks report"
 
 
 def test_the_expectations_cite_only_committed_files():

@@ -84,7 +84,7 @@ class RetrievalArgs:
                 problems.append(f"--select {self.select}: reads the receiver's question, so it needs --question-by receiver")
             if self.recompute_kwargs().get("select") == "oracle":
                 problems.append("--select oracle: needs answer spans, which this command does not pass; use "
-                                "benchmarks/handoff.py for the oracle")
+                                "the harness's handoff stage (benchmarks/handoff.py) for the oracle")
         except HeteroFoldError as bad:
             problems.append(f"--recompute/--select/--repair-layers: {bad}")
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]

@@ -230,7 +230,7 @@ def handoff_markdown(result: dict, fmt: str, settings: list[str] | None = None) 
 
 
 def speed_markdown(result: dict) -> str:
-    """A Markdown table of a ``benchmarks/handoff_speed.py`` result: per length, native prefill, plan, the map (into
+    """A Markdown table of a hand-off speed result (the harness's ``handoff-speed`` stage, ``benchmarks/handoff.py``): per length, native prefill, plan, the map (into
     the receiver's cache, and into a working cache keeping every position), and each setting's end-to-end time
     with its speed-up over native prefill."""
     lengths = list(result["lengths"])

@@ -1,0 +1,257 @@
+"""Experiment configs: one TOML file per experiment under ``benchmarks/experiments/``, loaded into typed dataclasses.
+
+A config names the pair and, per stage it has, what that stage runs::
+
+    description = "what this experiment measures"
+    sender = "gguf/smollm2-135m-instruct-q4_1"
+    receiver = "gguf/gemma3-270m-q4_k_m"
+
+    [train.heterofold]      # one package per table, fitted by hf-fold train's trainer (TrainArgs' fields)
+    data = "bundled:wide"
+    windows = 320
+
+    [score]                 # fidelity (hf-fold eval), one run per context length
+    adapters = ["heterofold/smollm2-135m-to-gemma3-270m@v1.3.0", "train:kv-ridge"]
+    contexts = [512, 2048]
+    windows = [48, 16]
+
+    [retrieval]             # exact-fact retrieval (hf-fold eval --task retrieval)
+    [handoff]               # retrieval across a hand-off over recompute settings (benchmarks/handoff.py)
+    [handoff-speed]         # the hand-off call's end-to-end time beside native prefill (benchmarks/handoff.py)
+    [bench]                 # timings (hf-fold bench)
+    [publish]               # what `python -m benchmarks publish` pushes: repo, version, package (a train table)
+
+An adapter is ``repo@version`` (a registered version) or ``train:NAME`` (the package this experiment's
+``[train.NAME]`` writes under ``runs/experiments/<experiment>/NAME``; ``train:EXPERIMENT/NAME`` another's). Every key is checked: a bad one is refused
+with the file, the key, the valid choices and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
+STAGES = ("train", "score", "retrieval", "handoff", "handoff-speed", "bench")
+# train stage packages, relative to the repository root (ignored by git); tests point it elsewhere
+RUNS = Path(os.environ.get("HF_FOLD_EXPERIMENT_RUNS", Path("runs") / "experiments"))
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run, with what to change."""
+
+
+@dataclass(frozen=True)
+class Score:
+    adapters: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)  # fitted in the run on calib_data (recolor, kv-ridge, ...)
+    data: str = "bundled:unseen"
+    calib_data: str = "bundled:calib"
+    contexts: list[int] = field(default_factory=lambda: [512])
+    windows: list[int] = field(default_factory=lambda: [48])  # one per context
+    continuation_tokens: int = 64
+    calib_windows: int = 64
+    batch_size: int = 8
+    dtype: str = "float32"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    adapters: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    data: str = "bundled:unseen"
+    calib_data: str = "bundled:calib"
+    lengths: list[int] = field(default_factory=lambda: [512])
+    docs: int = 48
+    batch_size: int = 8
+    seed: int = 0
+    recompute: float = 0.0
+    select: str = "content"
+    repair_layers: int = 0
+
+
+@dataclass(frozen=True)
+class Handoff:
+    adapter: str  # repo@version the receiver's model loads (HeteroFoldModel.from_pretrained)
+    grid: str  # recompute settings, "content:0.05,0.1;query+2:0.1;oracle" (benchmarks/handoff.py)
+    lengths: list[int] = field(default_factory=lambda: [512])
+    docs: int = 32
+    formats: list[str] = field(default_factory=lambda: ["code", "prose"])
+    repair: list[int] = field(default_factory=lambda: [0])
+    data: str = "bundled:unseen"
+    batch_size: int = 8
+
+
+@dataclass(frozen=True)
+class HandoffSpeed:
+    adapter: str
+    grid: str
+    lengths: list[int] = field(default_factory=lambda: [512, 2048])
+    repeats: int = 3
+
+
+@dataclass(frozen=True)
+class Bench:
+    adapter: str | None = None  # repo@version hf-fold bench must resolve for the pair (checked after the run)
+    contexts: list[int] = field(default_factory=lambda: [512])
+    repeats: int = 3
+    both_ways: bool = False
+    dtype: str = "float32"
+    device: str = "auto"  # auto: cuda when there is one
+    data: str = "bundled:unseen"
+    recompute: float = 0.0
+    select: str = "content"
+    query: str | None = None
+
+
+@dataclass(frozen=True)
+class Publish:
+    package: str  # a [train.NAME] of this experiment
+    repo: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    sender: str
+    receiver: str
+    train: dict[str, dict] = field(default_factory=dict)  # NAME -> hf-fold train arguments (TrainArgs' fields)
+    score: Score | None = None
+    retrieval: Retrieval | None = None
+    handoff: Handoff | None = None
+    handoff_speed: HandoffSpeed | None = None
+    bench: Bench | None = None
+    publish: Publish | None = None
+    path: Path | None = None
+
+    @property
+    def stages(self) -> list[str]:
+        return [s for s in STAGES if getattr(self, s.replace("-", "_"))]
+
+    def package(self, name: str) -> Path:
+        """Where ``[train.NAME]`` writes its package (``EXPERIMENT/NAME``: another experiment's)."""
+        other, _, name = name.rpartition("/")
+        return RUNS / (other or self.name) / name
+
+
+ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
+TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list[str]": list, "list[int]": list,
+         "str | None": (str, type(None))}
+
+
+def _problem(path: Path, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {key}: {message}")
+
+
+def _section(cls, table: dict, path: Path, prefix: str):
+    """``cls`` from a TOML table, every key and type checked."""
+    known = {f.name: f for f in fields(cls)}
+    for key, value in table.items():
+        if key not in known:
+            raise _problem(path, f"{prefix}.{key}", f"unknown key; valid keys are {', '.join(known)}. Fix the spelling "
+                                                    "or remove it")
+        kind = known[key].type
+        if not isinstance(value, TYPES[kind]) or (kind in ("int", "float") and isinstance(value, bool)):
+            raise _problem(path, f"{prefix}.{key}", f"{value!r} is not of type {kind}")
+        if kind.startswith("list["):
+            item = int if kind == "list[int]" else str
+            if not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+                raise _problem(path, f"{prefix}.{key}", f"{value!r} must be a list of {item.__name__}")
+    missing = [f.name for f in fields(cls) if f.name not in table and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise _problem(path, f"{prefix}.{missing[0]}", "required and missing")
+    return cls(**table)
+
+
+def _check_adapters(path: Path, key: str, refs: list[str], train: dict) -> None:
+    for ref in refs:
+        if not ADAPTER_REF.match(ref):
+            raise _problem(path, key, f"{ref!r} is neither repo@version (heterofold/a-to-b@v1.0.0) nor train:NAME")
+        if not ref.startswith("train:"):
+            continue
+        other, _, name = ref[6:].rpartition("/")  # train:EXPERIMENT/NAME: another experiment's package
+        if other:
+            source = path.parent / f"{other}.toml"
+            trains = tomllib.loads(source.read_text()).get("train", {}) if source.is_file() else None
+            if trains is None or name not in trains:
+                raise _problem(path, key, f"{ref!r}: {source} has no [train.{name}] table")
+        elif name not in train:
+            raise _problem(path, key, f"{ref!r} names no [train.{name}] table; the config trains "
+                                      f"{', '.join(train) or 'nothing'}")
+
+
+def parse(path: Path, data: dict) -> Experiment:
+    """An :class:`Experiment` from a parsed TOML document, or :class:`ConfigError` naming the first problem."""
+    from trainers.train import TrainArgs
+
+    allowed = {"description", "sender", "receiver", *STAGES, "publish"}
+    for key in data:
+        if key not in allowed:
+            raise _problem(path, key, f"unknown key; valid keys are {', '.join(sorted(allowed))}. Stages are tables "
+                                      f"([score], [train.NAME], ...)")
+    for key in ("description", "sender", "receiver"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise _problem(path, key, "required: a non-empty string")
+    train = data.get("train", {})
+    trainable = {f.name for f in fields(TrainArgs)} - {"sender", "receiver", "out", "resume"}
+    for name, table in train.items():
+        if not isinstance(table, dict):
+            raise _problem(path, f"train.{name}", "must be a table [train.NAME] of hf-fold train arguments")
+        for key in table:
+            if key not in trainable:
+                raise _problem(path, f"train.{name}.{key}", f"not an hf-fold train argument; valid: "
+                                                            f"{', '.join(sorted(trainable))}")
+    sections = {}
+    for key, cls in (("score", Score), ("retrieval", Retrieval), ("handoff", Handoff), ("handoff-speed", HandoffSpeed),
+                     ("bench", Bench), ("publish", Publish)):
+        if key in data:
+            if not isinstance(data[key], dict):
+                raise _problem(path, key, f"must be a table [{key}]")
+            sections[key.replace("-", "_")] = _section(cls, data[key], path, key)
+    score = sections.get("score")
+    if score:
+        if len(score.windows) != len(score.contexts):
+            raise _problem(path, "score.windows", f"{score.windows} must give one count per context {score.contexts}")
+        _check_adapters(path, "score.adapters", score.adapters, train)
+        if not score.adapters and not score.methods:
+            raise _problem(path, "score", "scores nothing: give adapters or methods")
+    if sections.get("retrieval"):
+        _check_adapters(path, "retrieval.adapters", sections["retrieval"].adapters, train)
+    for key in ("handoff", "handoff_speed", "bench"):
+        ref = getattr(sections.get(key), "adapter", None)
+        if ref is not None and (ref.startswith("train:") or not ADAPTER_REF.match(ref)):
+            raise _problem(path, f"{key.replace('_', '-')}.adapter", f"{ref!r} must be a registered repo@version "
+                                                                     "(heterofold/a-to-b@v1.0.0)")
+    publish = sections.get("publish")
+    if publish and publish.package not in train:
+        raise _problem(path, "publish.package", f"{publish.package!r} is not a [train.NAME] of this experiment "
+                                                f"(it trains {', '.join(train) or 'nothing'})")
+    experiment = Experiment(name=path.stem, description=data["description"], sender=data["sender"],
+                            receiver=data["receiver"], train=train, path=path, **sections)
+    if not experiment.stages:
+        raise _problem(path, "stages", f"none; give at least one of {', '.join(STAGES)} as a table")
+    return experiment
+
+
+def load(name_or_path: str | Path, root: Path = EXPERIMENTS) -> Experiment:
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = root / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
+        raise ConfigError(f"no experiment {str(name_or_path)!r} ({path} does not exist); known: {known}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as bad:
+        raise ConfigError(f"{path}: not valid TOML: {bad}") from None
+    return parse(path, data)
+
+
+def load_all(root: Path = EXPERIMENTS) -> list[Experiment]:
+    return [load(p, root) for p in sorted(root.glob("*.toml"))]

@@ -1,0 +1,182 @@
+"""The stages an experiment can run, each through the function its ``hf-fold`` command runs (``run_train``,
+``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure. Each returns
+``(provenance, result)``; the provenance block is started before any model is loaded. ``plot``: where a stage
+that draws one (retrieval, bench) writes its plot, ``NAME-STAGE.png`` beside the results file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.config import ConfigError, Experiment
+from benchmarks.record import model_record, start_provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sides(experiment: Experiment):
+    """Tokenizers and layouts only (what the adapter checks need), for recording and resolving before the run."""
+    from heterofold_hub.base_models.loading import Side
+
+    return Side.load(experiment.sender, with_model=False), Side.load(experiment.receiver, with_model=False)
+
+
+def resolve_refs(experiment: Experiment, refs: list[str], sender, receiver) -> tuple[list[Path], dict]:
+    """``(package folders, {ref: adapter record})``: each ``repo@version`` or ``train:NAME`` resolved and checked
+    against the pair, with its source and weights sha256 recorded."""
+    from heterofold_hub.evaluation.provenance import adapter_record
+    from heterofold_hub.hub.resolve import resolve_adapter
+
+    folders, records = [], {}
+    for ref in refs:
+        if ref.startswith("train:"):
+            found = resolve_adapter(sender, receiver, adapter=ROOT / experiment.package(ref[6:]))
+        else:
+            repo_id, version = ref.split("@")
+            found = resolve_adapter(sender, receiver, adapter=repo_id, version=version)
+        folders.append(Path(found.folder))
+        records[ref] = adapter_record(found.adapter, found)
+    return folders, records
+
+
+def _named(result: dict, folders: list[Path], refs: list[str]) -> dict:
+    """The result's ``adapters`` (row -> package folder) as the config's refs, not this machine's paths."""
+    by_folder = {str(folder): ref for folder, ref in zip(folders, refs)}
+    result["adapters"] = {row: by_folder.get(source, source) for row, source in result.get("adapters", {}).items()}
+    return result
+
+
+def _fitted(methods: list[str], data: str) -> dict:
+    return {m: {"method": m, "source": f"fitted in this run on {data}"} for m in methods}
+
+
+def score(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Fidelity at each context length: ``{"512": hf-fold eval's JSON, ...}``."""
+    from heterofold_hub.commands.evaluate import EvalArgs, run_eval
+
+    cfg = experiment.score
+    block = start_provenance(argv)
+    sender, receiver = _sides(experiment)
+    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    folders, block["adapters"] = resolve_refs(experiment, cfg.adapters, sender, receiver)
+    block["adapters"].update(_fitted(cfg.methods, cfg.calib_data))
+    result = {}
+    for context, windows in zip(cfg.contexts, cfg.windows):
+        args = EvalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods), data=cfg.data,
+                        calib_data=cfg.calib_data, context_tokens=context, continuation_tokens=cfg.continuation_tokens,
+                        windows=windows, calib_windows=cfg.calib_windows, batch_size=cfg.batch_size, seed=cfg.seed,
+                        adapters=folders, registered=False, dtype=cfg.dtype)
+        result[str(context)] = _named(run_eval(args, console), folders, cfg.adapters)
+    return block, result
+
+
+def retrieval(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Exact-fact retrieval: hf-fold eval --task retrieval's JSON."""
+    from heterofold_hub.commands.retrieval import RetrievalArgs, run_retrieval
+
+    cfg = experiment.retrieval
+    block = start_provenance(argv)
+    sender, receiver = _sides(experiment)
+    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    folders, block["adapters"] = resolve_refs(experiment, cfg.adapters, sender, receiver)
+    block["adapters"].update(_fitted(cfg.methods, cfg.calib_data))
+    args = RetrievalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods),
+                         data=cfg.data, calib_data=cfg.calib_data, lengths=list(cfg.lengths), docs=cfg.docs,
+                         batch_size=cfg.batch_size, seed=cfg.seed, adapters=folders, registered=False,
+                         recompute=cfg.recompute, select=cfg.select, repair_layers=cfg.repair_layers,
+                         plot_path=plot)
+    return block, _named(run_retrieval(args, console), folders, cfg.adapters)
+
+
+def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Timings: hf-fold bench's JSON (``{"directions": [...]}``). hf-fold bench times the adapter the registry
+    resolves for the pair; the config's ``adapter`` says which that must be, checked before timing, so a newer
+    registered version is never timed under this experiment's name. Each direction's adapters (recorded by bench
+    before timing) move into the one block."""
+    from heterofold_hub.commands.bench import BenchArgs, run_bench_command
+    from heterofold_hub.hub.resolve import resolve_adapter
+
+    cfg = experiment.bench
+    block = start_provenance(argv)
+    sender, receiver = _sides(experiment)
+    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    if cfg.adapter is not None:
+        found = resolve_adapter(sender, receiver)
+        if f"{found.repo_id}@{found.version}" != cfg.adapter:
+            raise ConfigError(f"{experiment.path}: bench.adapter: the registry resolves {found.repo_id}@{found.version} "
+                              f"for this pair, not {cfg.adapter}; hf-fold bench times what it resolves. Set "
+                              "bench.adapter to it (in a new experiment if these figures must stay)")
+    args = BenchArgs(sender=experiment.sender, receiver=experiment.receiver, contexts=list(cfg.contexts),
+                     repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, device=cfg.device, recompute=cfg.recompute,
+                     select=cfg.select, query=cfg.query, both_ways=cfg.both_ways, plot_path=plot)
+    directions = run_bench_command(args, console)
+    for direction in directions:
+        made = direction.pop("provenance")
+        block["adapters"][f"{direction['sender']} -> {direction['receiver']}"] = made["adapters"]
+    return block, {"directions": directions}
+
+
+def train(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Each ``[train.NAME]`` package through hf-fold train's trainer into ``runs/experiments/<experiment>/NAME``:
+    ``{NAME: {"package", "weights_sha256", "heldout": the trainer's held-out table}}``."""
+    import json
+
+    from heterofold_hub.hub.package import CONFIG_NAME
+    from trainers.train import TrainArgs, run_train
+
+    block = start_provenance(argv)
+    sender, receiver = _sides(experiment)
+    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    result = {}
+    for name, table in experiment.train.items():
+        out = ROOT / experiment.package(name)
+        held_out = run_train(TrainArgs(sender=experiment.sender, receiver=experiment.receiver, out=out, **table), console)
+        config = json.loads((out / CONFIG_NAME).read_text())
+        result[name] = {"package": str(experiment.package(name)), "weights_sha256": config.get("weights_sha256"),
+                        "heldout": held_out}
+    return block, result
+
+
+def _model(experiment: Experiment, ref: str):
+    """The hand-off model with the adapter ``ref`` names (``repo@version``), the sender loaded too."""
+    from heterofold_hub.modeling import HeteroFoldModel
+
+    repo_id, version = ref.split("@")
+    return HeteroFoldModel.from_pretrained(experiment.sender, experiment.receiver, adapter=repo_id, revision=version,
+                                           load_sender=True)
+
+
+def _model_block(model, started: dict) -> dict:
+    from heterofold_hub.evaluation.provenance import adapter_record
+
+    started["models"] = {"sender": model_record(model.sender), "receiver": model_record(model.receiver)}
+    started["adapters"] = {"heterofold": adapter_record(model.resolved.adapter, model.resolved)}
+    return started
+
+
+def handoff(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Exact-fact retrieval across the hand-off over the config's recompute grid (benchmarks/handoff.py)."""
+    from benchmarks.handoff import measure_handoff, parse_grid
+
+    cfg = experiment.handoff
+    block = start_provenance(argv)
+    model = _model(experiment, cfg.adapter)
+    _model_block(model, block)
+    return block, measure_handoff(model, parse_grid(cfg.grid, list(cfg.repair)), lengths=list(cfg.lengths),
+                                  docs=cfg.docs, formats=list(cfg.formats), data=cfg.data, batch_size=cfg.batch_size)
+
+
+def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """The hand-off call's end-to-end time per recompute setting beside native prefill (benchmarks/handoff.py)."""
+    from benchmarks.handoff import parse_grid, time_handoff
+
+    cfg = experiment.handoff_speed
+    block = start_provenance(argv)
+    model = _model(experiment, cfg.adapter)
+    _model_block(model, block)
+    return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats)
+
+
+RUNNERS = {"train": train, "score": score, "retrieval": retrieval, "handoff": handoff, "handoff-speed": handoff_speed,
+           "bench": bench}

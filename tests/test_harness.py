@@ -1,0 +1,231 @@
+"""The experiment harness (``python -m benchmarks``): configs are checked with messages that say what to fix, and a
+stage run end to end on the tiny pair writes the library's figures under one provenance block of real values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import ROOT
+
+sys.path.insert(0, str(ROOT))
+from benchmarks import config  # noqa: E402
+from benchmarks.config import ConfigError  # noqa: E402
+
+TINY = ("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code")
+TINY_ADAPTER = "heterofold/tiny-llama-code-to-tiny-qwen-code@v1.1.0"
+
+
+def write_config(folder: Path, name: str, text: str) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+HEAD = f'description = "d"\nsender = "{TINY[0]}"\nreceiver = "{TINY[1]}"\n'
+
+
+@pytest.mark.parametrize("body, named", [
+    ('[score]\nadapters = ["a/b@v1.0.0"]\nwindow = [4]\n', ["score.window", "unknown key", "windows"]),
+    ('[score]\nadapters = ["heterofold/x"]\n', ["score.adapters", "'heterofold/x'", "repo@version"]),
+    ('[score]\nadapters = ["a/b@v1.0.0"]\ncontexts = [512, 2048]\nwindows = [48]\n', ["score.windows", "one count per context"]),
+    ('[score]\nadapters = ["train:kv"]\n', ["score.adapters", "train:kv", "no [train.kv]"]),
+    ('[train.kv]\nmethod = "kv-ridge"\nwindos = 3\n', ["train.kv.windos", "not an hf-fold train argument", "windows"]),
+    ('[score]\nadapters = ["a/b@v1.0.0"]\nwindows = ["48"]\n', ["score.windows", "list of int"]),
+    ('[bench]\nrepeats = "3"\n', ["bench.repeats", "not of type int"]),
+    ('[scroe]\nadapters = []\n', ["scroe", "unknown key", "score"]),
+    ("", ["stages", "none"]),
+])
+def test_a_bad_config_is_refused_naming_the_key_and_the_fix(tmp_path, body, named):
+    path = write_config(tmp_path, "bad", HEAD + body)
+    with pytest.raises(ConfigError) as refused:
+        config.load(path)
+    message = str(refused.value)
+    assert str(path) in message and all(part in message for part in named), message
+
+
+def test_an_unknown_experiment_lists_the_known_ones(tmp_path):
+    write_config(tmp_path, "known", HEAD + '[bench]\n')
+    with pytest.raises(ConfigError, match="no experiment 'unknwon'.*known: known"):
+        config.load("unknwon", tmp_path)
+
+
+def test_every_committed_config_loads():
+    experiments = config.load_all()
+    assert experiments and all(e.stages for e in experiments)
+
+
+def harness(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_the_runner_refuses_a_bad_config_with_exit_2(tmp_path):
+    write_config(tmp_path, "bad", HEAD + '[score]\nadapters = ["a/b@v1.0.0"]\nwindow = [4]\n')
+    run = harness("--experiments", str(tmp_path), "run", "bad", "--stage", "score")
+    assert run.returncode == 2 and "score.window: unknown key" in run.stderr, run.stderr
+
+
+def test_list_names_every_experiment():
+    run = harness("list")
+    assert run.returncode == 0, run.stderr
+    assert [line.split()[0] for line in run.stdout.splitlines()] == [e.name for e in config.load_all()]
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One tiny experiment run end to end through the CLI: a closed-form package fitted by the train stage (on a
+    small text file, so the run takes seconds), then the score stage with the registered adapter beside it."""
+    import inspect
+    import difflib
+
+    root = tmp_path_factory.mktemp("harness")
+    experiments, results, runs = root / "experiments", root / "results", root / "runs"
+    experiments.mkdir()
+    data = root / "train.jsonl"  # standard-library source: shares no passage with bundled:unseen's packages
+    data.write_text("".join(json.dumps({"text": inspect.getsource(m)}) + "\n" for m in (textwrap, difflib)))
+    write_config(experiments, "tiny-check", HEAD + f"""
+        [train.kv]
+        method = "kv-ridge"
+        data = "{data}"
+        windows = 8
+        eval_windows = 4
+        context_tokens = 256
+        batch_size = 4
+
+        [score]
+        adapters = ["{TINY_ADAPTER}", "train:kv"]
+        contexts = [256]
+        windows = [6]
+        batch_size = 6
+
+        [publish]
+        package = "kv"
+        repo = "scratch/tiny-kv"
+        version = "0.1.0"
+        """)
+    env = {"HF_FOLD_EXPERIMENT_RUNS": str(runs)}
+    base = ["--experiments", str(experiments), "--results", str(results)]
+    for stage in ("train", "score"):
+        run = harness(*base, "run", "tiny-check", "--stage", stage, env=env)
+        assert run.returncode == 0, run.stderr
+    return {"root": root, "base": base, "env": env, "runs": runs,
+            "written": json.loads((results / "tiny-check.json").read_text())}
+
+
+def test_the_score_stage_records_one_provenance_block_of_real_values(tiny_run):
+    written = tiny_run["written"]
+    assert written["experiment"] == "tiny-check" and list(written["stages"]) == ["train", "score"]
+    block = written["stages"]["score"]["provenance"]
+    assert block["recorded"] is True
+    assert block["git"]["commit"] == git("rev-parse", "HEAD")
+    source_changes = git("status", "--porcelain", "--", ".", ":(exclude)benchmarks/results", ":(exclude)runs")
+    assert block["git"]["dirty"] is bool(source_changes)
+    assert block["versions"]["torch"] == torch.__version__
+    assert block["command"].startswith("python -m benchmarks") and block["command"].endswith("run tiny-check --stage score")
+    assert block["threads"] >= 1 and block["date"].startswith("20")
+    assert [m["id"] for m in block["models"].values()] == list(TINY)
+    registry = json.loads((ROOT / "registry.json").read_text())
+    repo, version = TINY_ADAPTER.split("@")
+    published = next(v for e in registry["adapters"] if e["repo_id"] == repo for v in e["versions"]
+                     if v["version"] == version)
+    record = block["adapters"][TINY_ADAPTER]
+    assert record["source"] == TINY_ADAPTER and record["weights_sha256"] in json.dumps(published)
+
+
+def test_the_score_stage_figures_are_the_librarys(tiny_run):
+    """Finite, and what the library's evaluate gives for the registered adapter on the same windows."""
+    from heterofold_hub.base_models.loading import Side
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.fidelity import evaluate
+    from heterofold_hub.hub.resolve import resolve_adapter
+
+    result = tiny_run["written"]["stages"]["score"]["result"]["256"]
+    assert result["adapters"]["heterofold"] == TINY_ADAPTER and result["windows"] == 6
+    row = result["methods"]["heterofold"]
+    assert all(math.isfinite(row[k]) for k in ("recovered", "recovered_se", "kl", "nll", "top1"))
+    repo, version = TINY_ADAPTER.split("@")
+    sender, receiver = Side.load(TINY[0]), Side.load(TINY[1])
+    adapter = resolve_adapter(sender, receiver, adapter=repo, version=version).adapter
+    windows = make_windows(read_texts("bundled:unseen"), receiver, max_windows=6, context_tokens=256,
+                           continuation_tokens=64)
+    direct = evaluate(sender, receiver, {"heterofold": adapter}, windows, batch_size=6, data="bundled:unseen")
+    for key in ("recovered", "kl", "nll", "top1"):
+        assert row[key] == pytest.approx(direct["methods"]["heterofold"][key], rel=1e-5, abs=1e-6), key
+    assert result["benefit"] == pytest.approx(direct["benefit"], rel=1e-5)
+
+
+def test_a_trained_package_is_scored_by_name(tiny_run):
+    written, runs = tiny_run["written"], tiny_run["runs"]
+    trained = written["stages"]["train"]["result"]["kv"]
+    package = json.loads((runs / "tiny-check" / "kv" / "adapter_config.json").read_text())
+    assert trained["weights_sha256"] == package["weights_sha256"] and trained["heldout"]["windows"] == 4
+    record = written["stages"]["score"]["provenance"]["adapters"]["train:kv"]
+    assert record["source"] == str(runs / "tiny-check" / "kv") and record["weights_sha256"] == trained["weights_sha256"]
+    assert written["stages"]["score"]["result"]["256"]["adapters"]["kv-ridge"] == "train:kv"
+
+
+def test_publish_is_its_own_step(tiny_run, tmp_path):
+    """`publish` pushes the [publish] package into the hub and registry given (a scratch one here)."""
+    registry = tmp_path / "registry.json"
+    run = harness(*tiny_run["base"], "publish", "tiny-check", "--hub-dir", str(tmp_path / "hub"), "--registry",
+                  str(registry), env=tiny_run["env"])
+    assert run.returncode == 0, run.stderr
+    entry = json.loads(registry.read_text())["adapters"][0]
+    assert entry["repo_id"] == "scratch/tiny-kv" and [v["version"] for v in entry["versions"]] == ["v0.1.0"]
+
+
+def test_running_a_second_stage_keeps_the_first(tmp_path):
+    from benchmarks.record import read, write_stage
+
+    write_stage("x", "score", {"recorded": True}, {"512": {"a": 1}}, tmp_path)
+    write_stage("x", "bench", {"recorded": True}, {"directions": []}, tmp_path)
+    assert list(read("x", tmp_path)["stages"]) == ["score", "bench"]
+
+
+PROVENANCE_KEYS = {"recorded", "date", "command", "git", "versions", "threads", "adapters", "models"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "results").glob("*.json")), ids=lambda p: p.name)
+def test_each_results_file_belongs_to_an_experiment_with_one_block_per_stage(path):
+    """Named by a config that has each stage the file holds; every stage's block has the same fields, and a block
+    that says it was not recorded holds no value it could not know (migrated files: the sources it came from)."""
+    written = json.loads(path.read_text())
+    experiment = config.load(path.stem)
+    assert written["experiment"] == experiment.name and set(written["stages"]) <= set(experiment.stages)
+    for stage, entry in written["stages"].items():
+        block = entry["provenance"]
+        assert PROVENANCE_KEYS <= set(block), (stage, PROVENANCE_KEYS - set(block))
+        if not block["recorded"]:
+            assert all(block[k] is None for k in PROVENANCE_KEYS - {"recorded", "git"}), stage
+            assert block["git"] == {"commit": None, "dirty": None} and block["migrated_from"], stage
+        for source in block.get("migrated_from", {}).values():
+            assert len(source["committed_in"]) == 40, source
+
+
+def test_bench_refuses_to_time_another_adapter_than_its_config_names(tmp_path):
+    """hf-fold bench times what the registry resolves; a config naming another version stops before timing."""
+    write_config(tmp_path, "old-bench", HEAD + """
+        [bench]
+        adapter = "heterofold/tiny-llama-code-to-tiny-qwen-code@v1.0.0"
+        contexts = [64]
+        repeats = 1
+        """)
+    run = harness("--experiments", str(tmp_path), "--results", str(tmp_path / "results"), "run", "old-bench",
+                  "--stage", "bench")
+    assert run.returncode == 2 and "bench.adapter: the registry resolves" in run.stderr, run.stderr
+    assert "timing" not in run.stderr and not (tmp_path / "results" / "old-bench.json").exists()
