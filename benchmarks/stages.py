@@ -122,7 +122,7 @@ def train(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     ``{NAME: {"package", "weights_sha256", "heldout": the trainer's held-out table}}``."""
     import json
 
-    from heterofold_hub.hub.package import CONFIG_NAME
+    from heterofold_hub.adapter.config import CONFIG_NAME
     from trainers.train import TrainArgs, run_train
 
     block = start_provenance(argv)
