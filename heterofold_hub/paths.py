@@ -50,6 +50,11 @@ def shipped_is_installed() -> bool:
     return not (SHIPPED_DIR / "registry.json").is_symlink()
 
 
+def is_installed_copy(path: str | os.PathLike) -> bool:
+    """Is ``path`` shipped data installed from a wheel (``registry.json``, the embedded hub): read, never written?"""
+    return shipped_is_installed() and Path(path).resolve().is_relative_to(SHIPPED_DIR)
+
+
 def embedded_snapshots_dir() -> Path:
     """Where versions of an installed embedded hub are exported: under ``$HF_FOLD_HOME``, never site-packages."""
     return default_root() / "embedded" / "snapshots"

@@ -49,8 +49,8 @@ def test_importing_every_library_module_loads_no_trainer_module():
             "            module = importlib.import_module(m.name)\n"
             "            if m.ispkg: walk(module.__path__, m.name + '.')\n"
             "walk(importlib.import_module('heterofold_hub').__path__, 'heterofold_hub.')\n"
-            "print(len(sys.modules), sorted(n for n in sys.modules if n.split('.')[0] in ('trainers', 'cli', 'lightning')"
-            " or n.startswith(APP)))")
+            "print(len(sys.modules), sorted(n for n in sys.modules\n"
+            "                               if n.split('.')[0] in ('trainers', 'cli', 'lightning') or n.startswith(APP)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     loaded, app_modules = run.stdout.strip().split(" ", 1)

@@ -98,7 +98,8 @@ def test_a_checkout_reaches_the_namespaced_names_through_links_to_the_root_files
 
     for link, target in {"cli.py": "cli.py", "trainers": "trainers", "shipped/registry.json": "registry.json",
                          "shipped/hub": "hub", "shipped/cards": "cards"}.items():
-        assert (ROOT / "heterofold_hub" / link).is_symlink() and (ROOT / "heterofold_hub" / link).resolve() == ROOT / target
+        path = ROOT / "heterofold_hub" / link
+        assert path.is_symlink() and path.resolve() == ROOT / target
     assert not paths.shipped_is_installed()
     assert (PROJECT_REGISTRY, template_path()) == (ROOT / "registry.json", ROOT / "cards" / "adapter_card.md.j2")
 

@@ -20,7 +20,7 @@ from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: a
     REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
 )
 from heterofold_hub.io import write_json_atomic
-from heterofold_hub.paths import default_root, shipped_file, shipped_is_installed
+from heterofold_hub.paths import default_root, is_installed_copy, shipped_file
 
 PREFERRED_METHOD = "heterofold"
 # A path's second leg was fitted on the pivot's own K/V, so the first leg must reproduce them. A least-squares leg
@@ -329,7 +329,7 @@ def default_registry_path() -> Path:
 def installed_registry_problem(path: Path) -> str | None:
     """Why ``path`` must not be written, if it is the registry installed with the wheel (site-packages: a reinstall
     replaces it, and it may not be writable); None for any other file."""
-    if not (shipped_is_installed() and path.resolve() == PROJECT_REGISTRY):
+    if not is_installed_copy(path):
         return None
     user_registry = default_root() / "registry.json"
     return (f"{path} is the registry installed with heterofold-hub, which is read-only: publish into your own "
@@ -344,7 +344,7 @@ def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_
     ``must_exist`` (reading, the default): a path given here or in ``$HF_FOLD_REGISTRY`` must exist, so a typo
     never looks like an empty registry; only the project's own registry.json may be absent (an empty registry).
     ``must_exist=False`` (publishing): a path that does not exist yet is a new, empty registry saved there; the
-    registry installed with the wheel is refused (RegistryError, reason "read-only"), naming the option that fixes it."""
+    registry installed with the wheel is refused (RegistryError, reason "read-only"), naming the option to use."""
     if isinstance(registry, Registry):
         path = registry.path
     else:

@@ -15,7 +15,7 @@ from heterofold_hub.methods.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
 from heterofold_hub.hub.package import check_pair, load_adapter
-from heterofold_hub.paths import embedded_snapshots_dir, shipped_file, shipped_is_installed
+from heterofold_hub.paths import embedded_snapshots_dir, is_installed_copy
 
 EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
 logger = logging.getLogger(__name__)
@@ -51,9 +51,8 @@ def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | No
     if entry_hub == "embedded":
         if registry.path is None:
             raise HeteroFoldError("This registry has no file path, so its embedded hub cannot be located.")
-        installed = shipped_is_installed() and registry.path.resolve() == shipped_file("registry.json")
         return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR,
-                        snapshots=embedded_snapshots_dir() if installed else None)
+                        snapshots=embedded_snapshots_dir() if is_installed_copy(registry.path) else None)
     return get_hub(entry_hub, hub_dir=hub_dir, token=token)
 
 
