@@ -55,3 +55,13 @@ def test_importing_every_library_module_loads_no_trainer_module():
     assert run.returncode == 0, run.stderr[-2000:]
     loaded, app_modules = run.stdout.strip().split(" ", 1)
     assert app_modules == "[]" and int(loaded) > 100  # the walk really imported the library
+
+
+def test_tests_scripts_and_benchmarks_import_the_cli_and_trainers_by_their_package_names():
+    """`import trainers` or `import cli` from the repository root still works, but beside heterofold_hub.trainers it
+    would be a second copy of every module, whose classes fail isinstance checks against the first's."""
+    users = [p for folder in ("tests", "benchmarks", "scripts", "docs") for p in sorted((ROOT / folder).rglob("*.py"))]
+    bare = [f"{path.relative_to(ROOT)}:{node.lineno} {name}" for path in users
+            for node in ast.walk(ast.parse(path.read_text())) for name in imported_names(node, [])
+            if name.split(".")[0] in ("trainers", "cli")]
+    assert bare == []
