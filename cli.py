@@ -20,7 +20,7 @@ from heterofold_hub.commands.plain_help import PlainHelpCommand, PlainHelpGroup
 from heterofold_hub.commands.retrieval import DEFAULT_LENGTHS, RetrievalArgs
 from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
-from trainers.train import CALIB_WINDOWS, TrainArgs
+from heterofold_hub.trainers.train import CALIB_WINDOWS, TrainArgs
 
 # Every default lives in its command's arguments dataclass (EvalArgs, TrainArgs, ...); the options below read them.
 
@@ -194,7 +194,7 @@ def train_command(
       hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
         --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp
     """
-    from trainers.train import run_train
+    from heterofold_hub.trainers.train import run_train
 
     pivot = renamed("--pivot", pivot, "--via", via)
     run_train(TrainArgs(sender=sender, receiver=receiver, data=data, heldout=heldout, out=out, method=method,

@@ -188,7 +188,7 @@ def _check_adapters(path: Path, key: str, refs: list[str], train: dict) -> None:
 
 def parse(path: Path, data: dict) -> Experiment:
     """An :class:`Experiment` from a parsed TOML document, or :class:`ConfigError` naming the first problem."""
-    from trainers.train import TrainArgs
+    from heterofold_hub.trainers.train import TrainArgs
 
     allowed = {"description", "sender", "receiver", *STAGES, "publish"}
     for key in data:

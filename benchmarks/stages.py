@@ -123,7 +123,7 @@ def train(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     import json
 
     from heterofold_hub.adapter.config import CONFIG_NAME
-    from trainers.train import TrainArgs, run_train
+    from heterofold_hub.trainers.train import TrainArgs, run_train
 
     block = start_provenance(argv)
     sender, receiver = _sides(experiment)

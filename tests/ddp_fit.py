@@ -15,7 +15,7 @@ from helpers import small_calibration  # noqa: E402
 
 from heterofold_hub.base_models.loading import Side  # noqa: E402
 from heterofold_hub.transfer.batches import prepare_batch  # noqa: E402
-from trainers.calibrate import calibrate  # noqa: E402
+from heterofold_hub.trainers.calibrate import calibrate  # noqa: E402
 
 
 class DumpWeights(Callback):

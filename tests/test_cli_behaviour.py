@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli import app
+from heterofold_hub.cli import app
 from helpers import hf_fold
 
 COMMANDS = sorted(command.name for command in app.registered_commands)

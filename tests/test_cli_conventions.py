@@ -8,7 +8,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from cli import app
+from heterofold_hub.cli import app
 from heterofold_hub.progress import PlainProgress, progress_bar
 from rich.console import Console
 
@@ -133,7 +133,7 @@ def test_training_progress_counts_optimizer_steps_with_the_loss(terminal):
     import lightning as L
     from lightning.pytorch.demos.boring_classes import BoringModel
 
-    from trainers.progress import TrainingProgress
+    from heterofold_hub.trainers.progress import TrainingProgress
 
     class Model(BoringModel):
         def training_step(self, batch, batch_idx):

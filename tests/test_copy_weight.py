@@ -9,9 +9,9 @@ from heterofold_hub.transfer.batches import Batch, prepare_batch
 from heterofold_hub.data.windows import make_windows
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.methods.features import collect
-from trainers.calibrate import calibrate
-from trainers.module import copy_weights, kl_to_teacher
-from trainers.train import TrainArgs
+from heterofold_hub.trainers.calibrate import calibrate
+from heterofold_hub.trainers.module import copy_weights, kl_to_teacher
+from heterofold_hub.trainers.train import TrainArgs
 
 from conftest import tiny_model
 

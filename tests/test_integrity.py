@@ -203,7 +203,8 @@ def test_pickle_weights_are_refused_never_unpickled(package, tmp_path, name):
 
 
 def _source_files():
-    return [*(ROOT / "heterofold_hub").rglob("*.py"), *(ROOT / "trainers").rglob("*.py"), ROOT / "cli.py"]
+    found = [*(ROOT / "heterofold_hub").rglob("*.py"), *(ROOT / "trainers").rglob("*.py"), ROOT / "cli.py"]
+    return sorted({p.resolve() for p in found})  # heterofold_hub/cli.py is a link to cli.py: each file once
 
 
 def test_no_code_path_sets_trust_remote_code_or_unpickles():
@@ -362,7 +363,7 @@ RACER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-import cli  # imported before the start signal, so both pushes really run at the same time
+from heterofold_hub import cli  # imported before the start signal, so both pushes really run at the same time
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])
 sys.argv = ["hf-fold", *sys.argv[3:]]
 ready.touch()

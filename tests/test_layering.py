@@ -1,6 +1,9 @@
-"""Dependencies point one way. cli.py -> trainers/ -> heterofold_hub/, and inside the library each subpackage
-imports only the layers below it (docs/design.md, "Layers"). Every import counts, also one inside a function:
-a late import hides an edge from a reader but not from this test."""
+"""Dependencies point one way: cli.py -> trainers/ -> heterofold_hub/, and inside the library each subpackage
+imports only the layers below it (docs/design.md, "Layers"). Every import counts, also one inside a function: a late
+import hides an edge from a reader but not from this test. The CLI and the trainers are installed inside the
+package, as ``heterofold_hub.cli`` and ``heterofold_hub.trainers`` (symlinks to the root's ``cli.py`` and
+``trainers/`` in a checkout: docs/packaging.md), yet the library, the rest of heterofold_hub, never imports them,
+under either name."""
 
 import ast
 import subprocess
@@ -24,18 +27,37 @@ LAYERS = [
 LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 
+APP = ("heterofold_hub.cli", "heterofold_hub.trainers")  # inside the package, not part of the library
+
+
+def is_app(module: str) -> bool:
+    return module.split(".")[0] in ("trainers", "cli") or any(module == a or module.startswith(a + ".") for a in APP)
+
+
+def root_name(module: str) -> str:
+    """The CLI's and the trainers' modules under their root names (``heterofold_hub.trainers.x`` -> ``trainers.x``),
+    so each module is one node whichever name imports it."""
+    for app in APP:
+        if module == app or module.startswith(app + "."):
+            return module.removeprefix("heterofold_hub.")
+    return module
+
+
 def library_modules() -> dict[str, object]:
-    """``{dotted name: path}`` for every module of heterofold_hub/, trainers/ and cli.py."""
-    paths = [*(ROOT / "heterofold_hub").rglob("*.py"), *(ROOT / "trainers").rglob("*.py"), ROOT / "cli.py"]
+    """``{dotted name: path}`` for every module of heterofold_hub/, trainers/ and cli.py (each once: the package's
+    links to cli.py and trainers/ are skipped)."""
+    package = [p for p in (ROOT / "heterofold_hub").rglob("*.py")
+               if not is_app(".".join(p.relative_to(ROOT).with_suffix("").parts))]
     out = {}
-    for path in paths:
+    for path in [*package, *(ROOT / "trainers").rglob("*.py"), ROOT / "cli.py"]:
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
-def imports(module: str, path) -> list[tuple[str, int]]:
-    """Every module ``module`` imports, anywhere in the file, as ``(dotted name, line)``; relative imports resolved."""
+def imports(module: str, path, *, as_written: bool = False) -> list[tuple[str, int]]:
+    """Every module ``module`` imports, anywhere in the file, as ``(dotted name, line)``; relative imports resolved,
+    the CLI's and the trainers' modules under their root names unless ``as_written``."""
     found = []
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text())):
@@ -46,7 +68,7 @@ def imports(module: str, path) -> list[tuple[str, int]]:
             if node.level:
                 base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             found += [(base, node.lineno)] + [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
-    return found
+    return found if as_written else [(root_name(name), line) for name, line in found]
 
 
 def owner(name: str, modules) -> str | None:
@@ -123,9 +145,10 @@ def test_a_late_import_is_an_edge(tmp_path):
 
 
 def test_the_library_never_imports_the_trainer_or_the_cli():
-    offenders = [f"{module}:{line} imports {name}" for module, path in library_modules().items()
-                 if module.startswith("heterofold_hub") for name, line in imports(module, path)
-                 if name.split(".")[0] in ("trainers", "cli")]
+    modules = library_modules()
+    assert "heterofold_hub.hub.registry" in modules and "heterofold_hub.cli" not in modules and "cli" in modules
+    offenders = [f"{module}:{line} imports {name}" for module, path in modules.items()
+                 if module.startswith("heterofold_hub") for name, line in imports(module, path) if is_app(name)]
     assert offenders == []
 
 
@@ -133,13 +156,30 @@ def test_the_trainer_never_imports_the_commands():
     offenders = [f"{module}:{line} imports {name}" for module, path in library_modules().items()
                  if module.startswith("trainers") for name, line in imports(module, path)
                  if name.startswith("heterofold_hub.commands") or name.split(".")[0] == "cli"]
+    assert any(n == "trainers.calibrate" for n, _ in imports("trainers.train", ROOT / "trainers" / "train.py"))
     assert offenders == []
 
 
 def test_importing_every_library_module_loads_no_trainer_module():
-    code = ("import importlib, pkgutil, sys, heterofold_hub\n"
-            "for m in pkgutil.walk_packages(heterofold_hub.__path__, 'heterofold_hub.'): importlib.import_module(m.name)\n"
-            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('trainers', 'cli', 'lightning')))")
+    code = (f"import importlib, pkgutil, sys\nAPP = {APP!r}\n"
+            "def walk(path, prefix):\n"
+            "    for m in pkgutil.iter_modules(path, prefix):\n"
+            "        if m.name not in APP:\n"
+            "            module = importlib.import_module(m.name)\n"
+            "            if m.ispkg: walk(module.__path__, m.name + '.')\n"
+            "walk(importlib.import_module('heterofold_hub').__path__, 'heterofold_hub.')\n"
+            "print(len(sys.modules), sorted(n for n in sys.modules\n"
+            "                               if n.split('.')[0] in ('trainers', 'cli', 'lightning') or n.startswith(APP)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "[]"
+    loaded, app_modules = run.stdout.strip().split(" ", 1)
+    assert app_modules == "[]" and int(loaded) > 100  # the walk really imported the library
+
+
+def test_tests_scripts_and_benchmarks_import_the_cli_and_trainers_by_their_package_names():
+    """`import trainers` or `import cli` from the repository root still works, but beside heterofold_hub.trainers it
+    would be a second copy of every module, whose classes fail isinstance checks against the first's."""
+    users = [p for folder in ("tests", "benchmarks", "scripts", "docs") for p in sorted((ROOT / folder).rglob("*.py"))]
+    bare = [f"{path.relative_to(ROOT)}:{line} {name}" for path in users
+            for name, line in imports("", path, as_written=True) if name.split(".")[0] in ("trainers", "cli")]
+    assert bare == []

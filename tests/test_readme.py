@@ -193,7 +193,7 @@ def test_the_readme_types_no_measured_figure():
 
 
 def test_the_readme_names_every_command():
-    from cli import app
+    from heterofold_hub.cli import app
 
     readme = (ROOT / "README.md").read_text()
     names = [c.name or c.callback.__name__ for c in app.registered_commands]

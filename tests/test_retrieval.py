@@ -201,7 +201,7 @@ def test_bad_arguments_exit_with_one_clear_message(args, flags):
 def test_argument_problems_are_gathered_before_any_model_loads(args, flags, monkeypatch):
     from typer.testing import CliRunner
 
-    import cli
+    from heterofold_hub import cli
     from heterofold_hub.base_models import loading as models
 
     monkeypatch.setattr(models.Side, "load", lambda *a, **k: pytest.fail("a model was loaded"))
@@ -215,7 +215,7 @@ def test_argument_problems_are_gathered_before_any_model_loads(args, flags, monk
 def test_help_shows_a_retrieval_example():
     from typer.testing import CliRunner
 
-    import cli
+    from heterofold_hub import cli
 
     result = CliRunner().invoke(cli.app, ["eval", "--help"], terminal_width=200)
     assert result.exit_code == 0 and "hf-fold eval --task retrieval" in result.output

@@ -14,9 +14,9 @@ from heterofold_hub.transfer.forward import transferred_logits
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.batches import prepare_batch
-from trainers.calibrate import calibrate
-from trainers.module import kl_to_teacher
-from trainers.unfolded import UnfoldedAffine
+from heterofold_hub.trainers.calibrate import calibrate
+from heterofold_hub.trainers.module import kl_to_teacher
+from heterofold_hub.trainers.unfolded import UnfoldedAffine
 
 from conftest import tiny_model
 from helpers import small_calibration

@@ -18,9 +18,9 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.transfer.batches import prepare_batch
 from heterofold_hub.data.windows import make_windows
-from trainers.calibrate import calibrate
-from trainers.faults import training_faults
-from trainers.train import TrainArgs
+from heterofold_hub.trainers.calibrate import calibrate
+from heterofold_hub.trainers.faults import training_faults
+from heterofold_hub.trainers.train import TrainArgs
 
 from conftest import tiny_model
 from helpers import hf_fold, small_calibration
@@ -139,7 +139,7 @@ def test_other_errors_pass_through_untranslated():
 @pytest.mark.parametrize("links", [True, False])
 def test_the_previous_checkpoint_is_kept_beside_last_without_moving_it(tmp_path, monkeypatch, links):
     """A hard link where the filesystem has them, a copy where it does not; last.ckpt never disappears."""
-    from trainers import faults
+    from heterofold_hub.trainers import faults
 
     if not links:
         def no_links(*_):

@@ -14,8 +14,8 @@ from heterofold_hub.data.windows import make_windows
 from heterofold_hub.methods import get_method
 from heterofold_hub.methods.fitting import TRAINING_FEATURES_DTYPE, fit_methods
 from heterofold_hub.transfer.forward import native_logits, transferred_logits
-from trainers.calibrate import calibrate
-from trainers.module import kl_to_teacher
+from heterofold_hub.trainers.calibrate import calibrate
+from heterofold_hub.trainers.module import kl_to_teacher
 
 from conftest import tiny_model
 from helpers import small_calibration, texts

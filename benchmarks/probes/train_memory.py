@@ -27,7 +27,8 @@ def tag(mod, name, label):
         finally:
             log.append((time.time() - t0, "exit", label, proc.memory_info().rss / 2**30)); phase.append(f"after {label}")
     setattr(mod, name, w)
-import heterofold_hub.methods.fitting as fitting, trainers.calibrate as cal, trainers.train as tr
+import heterofold_hub.methods.fitting as fitting
+import heterofold_hub.trainers.calibrate as cal, heterofold_hub.trainers.train as tr
 import heterofold_hub.evaluation.fidelity as fid, lightning as L
 tag(fitting, "collect", "collect")
 tag(fitting, "prepare_batch", "prepare_batch")

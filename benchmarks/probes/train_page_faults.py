@@ -34,7 +34,7 @@ from pathlib import Path  # noqa: E402
 import lightning as L  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from trainers.train import TrainArgs, run_train  # noqa: E402
+from heterofold_hub.trainers.train import TrainArgs, run_train  # noqa: E402
 
 measured = {}
 fit = L.Trainer.fit

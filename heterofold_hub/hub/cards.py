@@ -18,6 +18,7 @@ import yaml
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.io import write_bytes_atomic
 from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME
+from heterofold_hub.paths import shipped_file
 
 TEMPLATE_NAME = "adapter_card.md.j2"
 CARD_NAME = "README.md"
@@ -26,14 +27,13 @@ HIDDEN_ARGS = ("out", "sender", "receiver")  # local output path; the pair has i
 
 
 def template_path() -> Path:
-    """The card template: ``heterofold_hub/templates/`` (an installed wheel) or the repo's ``cards/`` folder."""
-    package = Path(__file__).resolve().parents[1]  # heterofold_hub/
-    candidates = (package / "templates" / TEMPLATE_NAME, package.parent / "cards" / TEMPLATE_NAME)
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise HeteroFoldError(f"Card template {TEMPLATE_NAME} not found (looked in {', '.join(map(str, candidates))}); "
-                          "reinstall heterofold-hub or run from a source checkout.")
+    """The card template, shipped as ``cards/adapter_card.md.j2`` (the repository's, or the wheel's copy)."""
+    path = shipped_file(f"cards/{TEMPLATE_NAME}")
+    if not path.is_file():
+        raise HeteroFoldError(f"Card template {TEMPLATE_NAME} not found at {path}: this install lacks its shipped "
+                              "data; reinstall heterofold-hub (pip install --force-reinstall heterofold-hub) or run "
+                              "from a source checkout.")
+    return path
 
 
 def _read_json(folder: Path, name: str, fix: str) -> dict:

@@ -7,7 +7,9 @@ On disk (``root`` is the ``LocalHub(root)`` argument, else ``$HF_FOLD_HOME``, el
                                                ``vX.Y.Z`` on a commit whose tree is the adapter folder (flat);
                                                branch ``main`` follows the most recent publish
       locks/<namespace>/<name>.lock            flock()ed while a publish runs; holds the publisher's pid
-      snapshots/<namespace>/<name>/<vX.Y.Z>/   one version's files, exported with ``git archive``
+      snapshots/<namespace>/<name>/<vX.Y.Z>/   one version's files, exported with ``git archive`` (``snapshots=``
+                                               puts them elsewhere: an installed embedded hub's go under
+                                               ``$HF_FOLD_HOME/embedded/snapshots``, never into site-packages)
 
 Publishing is crash-safe: the files become git objects and a commit *before* the tag is created, and creating
 the tag is the single atomic step that makes a version exist. A publisher killed midway leaves at most
@@ -68,9 +70,12 @@ def git(*args: str, repo: Path | None = None, input: bytes | None = None) -> str
 class LocalHub(AdapterHub):
     """Versioned adapter repos in a local folder of bare git repos (see the module docstring for the layout)."""
 
-    def __init__(self, root: str | os.PathLike | None = None, *, lock_timeout: float = 10.0):
+    def __init__(self, root: str | os.PathLike | None = None, *, lock_timeout: float = 10.0,
+                 snapshots: str | os.PathLike | None = None):
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.lock_timeout = lock_timeout  # how long a publish waits for another publish of the same repo
+        # Exported versions go to root/snapshots, or elsewhere for a hub that must stay untouched (an installed one).
+        self.snapshots = Path(snapshots).expanduser() if snapshots is not None else self.root / "snapshots"
 
     def __repr__(self) -> str:
         return f"LocalHub({str(self.root)!r})"
@@ -80,7 +85,7 @@ class LocalHub(AdapterHub):
         return self.root / "repos" / validate_repo_id(repo_id)
 
     def snapshot_path(self, repo_id: str, version: str) -> Path:
-        return self.root / "snapshots" / validate_repo_id(repo_id) / validate_version(version)
+        return self.snapshots / validate_repo_id(repo_id) / validate_version(version)
 
     def _existing_repo(self, repo_id: str) -> Path:
         repo = self.repo_path(repo_id)

@@ -20,6 +20,7 @@ from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: a
     REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
 )
 from heterofold_hub.io import write_json_atomic
+from heterofold_hub.paths import default_root, is_installed_copy, shipped_file
 
 PREFERRED_METHOD = "heterofold"
 # A path's second leg was fitted on the pivot's own K/V, so the first leg must reproduce them. A least-squares leg
@@ -315,25 +316,43 @@ def _below(entry: AdapterEntry, version: VersionEntry, split: str, min_recovered
 
 
 REGISTRY_ENV = "HF_FOLD_REGISTRY"
-# The project's own registry; an installed wheel has none, so this one alone may be absent (an empty registry).
-PROJECT_REGISTRY = Path(__file__).resolve().parents[2] / "registry.json"
+# The project's own registry (the checkout's registry.json, or the wheel's copy: paths.shipped_file); this one alone
+# may be absent (an empty registry).
+PROJECT_REGISTRY = shipped_file("registry.json")
 
 
 def default_registry_path() -> Path:
-    """``$HF_FOLD_REGISTRY``, else ``registry.json`` at the repository root."""
+    """``$HF_FOLD_REGISTRY``, else the project's registry.json (the repository root's, or the installed copy)."""
     return Path(os.environ.get(REGISTRY_ENV) or PROJECT_REGISTRY)
+
+
+def installed_registry_problem(path: Path) -> str | None:
+    """Why ``path`` must not be written, if it is the registry installed with the wheel (site-packages: a reinstall
+    replaces it, and it may not be writable); None for any other file."""
+    if not is_installed_copy(path):
+        return None
+    user_registry = default_root() / "registry.json"
+    return (f"{path} is the registry installed with heterofold-hub, which is read-only: publish into your own "
+            f"registry with --registry PATH or {REGISTRY_ENV}=PATH (for example {user_registry}; a new file is "
+            "created), and read it back with the same option.")
 
 
 def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_exist: bool = True) -> Registry:
     """``registry`` as a Registry: itself, the file at a path, or with None the default one (``$HF_FOLD_REGISTRY``,
-    else ``registry.json`` at the repository root).
+    else the project's registry.json: :data:`PROJECT_REGISTRY`).
 
     ``must_exist`` (reading, the default): a path given here or in ``$HF_FOLD_REGISTRY`` must exist, so a typo
     never looks like an empty registry; only the project's own registry.json may be absent (an empty registry).
-    ``must_exist=False`` (publishing): a path that does not exist yet is a new, empty registry saved there."""
+    ``must_exist=False`` (publishing): a path that does not exist yet is a new, empty registry saved there; the
+    registry installed with the wheel is refused (RegistryError, reason "read-only"), naming the option to use."""
+    if isinstance(registry, Registry):
+        path = registry.path
+    else:
+        path = Path(registry) if registry is not None else default_registry_path()
+    if not must_exist and path is not None and (problem := installed_registry_problem(path)):
+        raise RegistryError(problem, "read-only")  # before anything is published, not at save()
     if isinstance(registry, Registry):
         return registry
-    path = Path(registry) if registry is not None else default_registry_path()
     if path.exists():
         return Registry.load(path)
     if must_exist and registry is not None:
@@ -348,6 +367,5 @@ def open_registry(registry: Registry | str | os.PathLike | None = None, *, must_
 
 
 def load_default_registry() -> Registry:
-    """The registry at $HF_FOLD_REGISTRY (which must exist), else ``registry.json`` at the repository root
-    (empty if absent)."""
+    """The registry at $HF_FOLD_REGISTRY (which must exist), else the project's registry.json (empty if absent)."""
     return open_registry(None)

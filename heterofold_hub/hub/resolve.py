@@ -20,6 +20,7 @@ from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, P
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.methods.affine import affine_methods
 from heterofold_hub.methods.composed import compose
+from heterofold_hub.paths import embedded_snapshots_dir, is_installed_copy
 
 EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
 logger = logging.getLogger(__name__)
@@ -50,11 +51,13 @@ def pair_end(side: Side) -> PairEnd:
 
 
 def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | None = None) -> AdapterHub:
-    """The hub a registry entry lives in: "embedded" is the ``hub/`` folder beside the registry file."""
+    """The hub a registry entry lives in: "embedded" is the ``hub/`` folder beside the registry file. The one
+    installed with the wheel is only read: its snapshots are exported under ``$HF_FOLD_HOME``."""
     if entry_hub == "embedded":
         if registry.path is None:
             raise HeteroFoldError("This registry has no file path, so its embedded hub cannot be located.")
-        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR)
+        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR,
+                        snapshots=embedded_snapshots_dir() if is_installed_copy(registry.path) else None)
     return get_hub(entry_hub, hub_dir=hub_dir, token=token)
 
 

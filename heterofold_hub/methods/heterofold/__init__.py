@@ -2,7 +2,7 @@
 
 The folded adapter is one affine map per receiver layer for K and V, exactly like recoloring's, so transfer costs
 the same. Calibration is training, and training lives in ``trainers/`` (Lightning), which depends on this library
-and never the other way round: ``hf-fold train`` fits it (``trainers.calibrate.calibrate``).
+and never the other way round: ``hf-fold train`` fits it (``heterofold_hub.trainers.calibrate.calibrate``).
 """
 
 from heterofold_hub.errors import HeteroFoldError
@@ -17,4 +17,5 @@ class HeteroFoldAdapter(AffineAdapter):
     @classmethod
     def fit(cls, calib, **_) -> "HeteroFoldAdapter":
         raise HeteroFoldError("HeteroFold adapters are trained, not fitted in closed form: run `hf-fold train` (or "
-                              "trainers.calibrate.calibrate), then score the package with `hf-fold eval --adapter DIR`.")
+                              "heterofold_hub.trainers.calibrate.calibrate), then score the package with "
+                              "`hf-fold eval --adapter DIR`.")
