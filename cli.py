@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from heterofold_hub.commands.bench import DEFAULT_CONTEXTS, BenchArgs
 from heterofold_hub.commands.compose import ComposeArgs
+from heterofold_hub.commands.compress import CompressArgs
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS, EvalArgs
 from heterofold_hub.commands import conventions  # its `data` console: commands have a --data option
 from heterofold_hub.commands.conventions import EXIT_FAILURE, EXIT_USAGE, deprecated, renamed
@@ -279,6 +280,8 @@ def bench_command(
     query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select query or attention."),
     both_ways: bool = typer.Option(BenchArgs.both_ways, "--both-ways", help="Also time receiver -> sender (the demo "
                                    "pair, given no --sender/--receiver, always runs both ways)."),
+    adapter: list[str] = typer.Option([], "--adapter", help="An adapter package to time beside the methods, a row "
+                                      "named by its folder; repeatable or comma-separated (e.g. low-rank variants)."),
 ):
     """Time transfer (each method) against the receiver's native prefill and a plain cache copy, side by side.
 
@@ -295,13 +298,48 @@ def bench_command(
       hf-fold bench --contexts 512,2048 --recompute 0.2 --select content
 
       hf-fold bench --sender gguf/smollm2-135m-instruct-q4_1 --receiver gguf/gemma3-270m-q4_k_m --both-ways
+
+      hf-fold bench --sender gguf/gemma3-270m-q4_k_m --receiver gguf/smollm2-135m-instruct-q4_1 \\
+        --contexts 512,2048 --adapter runs/rank64 --adapter runs/rank32
     """
     from heterofold_hub.commands.bench import parse_contexts, run_bench_command
 
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
                                 pivot=pivot, recompute=recompute, select=select, repair_layers=repair_layers,
-                                query=query, both_ways=both_ways), conventions.data)
+                                query=query, both_ways=both_ways,
+                                adapters=[Path(a.strip()) for given in adapter for a in given.split(",") if a.strip()]),
+                      conventions.data)
+
+
+@app.command("compress", **COMMAND)
+def compress_command(
+    adapter: str = typer.Option(..., "--adapter", help="The affine adapter to factor: a package folder or a "
+                                "registered repo id."),
+    rank: int = typer.Option(..., "--rank", help="Rank of every folded map (1 .. min(in, out) of the maps)."),
+    out: Path = typer.Option(..., "--out", help="New folder for the low-rank adapter package."),
+    sender: Optional[str] = typer.Option(None, help="Sender model id or folder (default: the adapter's)."),
+    receiver: Optional[str] = typer.Option(None, help="Receiver model id or folder (default: the adapter's)."),
+    calib_data: str = typer.Option(CompressArgs.calib_data, help="Calibration text the factors are fitted on (never "
+                                   "the evaluation text, bundled:unseen)."),
+    calib_windows: int = typer.Option(CompressArgs.calib_windows, help="Calibration windows."),
+    context_tokens: int = typer.Option(CompressArgs.context_tokens, help="Receiver tokens of context per window."),
+    batch_size: int = BATCH_SIZE,
+    registry: Optional[Path] = typer.Option(None, "--registry", help="registry.json a repo id is resolved from."),
+):
+    """Factor an affine adapter's maps to a low rank on calibration text: fewer FLOPs per token, measured error.
+
+    Examples:
+
+      hf-fold compress --adapter heterofold/gemma3-270m-to-smollm2-135m --rank 64 --out runs/g2s-rank64
+
+      hf-fold compress --adapter runs/kv-ridge --rank 16 --out runs/kv-ridge-rank16 --calib-windows 32
+    """
+    from heterofold_hub.commands.compress import run_compress
+
+    run_compress(CompressArgs(adapter=adapter, rank=rank, out=out, sender=sender, receiver=receiver,
+                              calib_data=calib_data, calib_windows=calib_windows, context_tokens=context_tokens,
+                              batch_size=batch_size, registry=registry), conventions.data)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py

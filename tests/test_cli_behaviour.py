@@ -24,6 +24,7 @@ BAD = {
     "env": (["--nope"], "No such option: --nope"),  # a usage error from the parser itself
     "compose": (["--sender", "a/x", "--receiver", "b/y", "--pivot", "a/x", "--out", "/tmp/nowhere"],
                 "must be three different models"),
+    "compress": (["--adapter", "/no/such/package", "--rank", "0", "--out", "/tmp/nowhere"], "--rank: 0 is too small"),
 }
 
 

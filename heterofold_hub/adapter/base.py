@@ -94,6 +94,14 @@ class PairAdapter(nn.Module, ABC):
         straight into the receiver cache instead of copying :meth:`map_layer`'s output there."""
         return None
 
+    def factored_maps(self, layer: int) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                                                 tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+        """Layer ``layer``'s map as ``((k_a, k_b, k_bias), (v_a, v_b, v_bias))`` when it is an affine map of low rank
+        ``y = (x @ a) @ b + bias`` (``a`` ``[in, r]``, ``b`` ``[r, out]``, ``bias`` ``[out]``), else None. With them
+        the fast path does ``x @ a`` into a small scratch buffer, then one ``addmm`` straight into the cache:
+        ``r * (in + out)`` multiply-adds per row instead of ``in * out``."""
+        return None
+
 
 def load_adapter(folder: str | Path) -> PairAdapter:
     """The adapter saved in ``folder``, frozen and in eval mode: its integrity checked (:func:`read_package`), its

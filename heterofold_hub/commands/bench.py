@@ -40,6 +40,7 @@ class BenchArgs:
     repair_layers: int = 0
     query: str | None = None  # the receiver's prompt, for selections that read one (query, attention)
     both_ways: bool = False  # also time receiver -> sender (with the adapter registered for that direction)
+    adapters: list[Path] = field(default_factory=list)  # packages timed beside the methods, each a row named by its folder
 
     def recompute_settings(self):
         from heterofold_hub.transfer.recompute import RecomputeSettings
@@ -72,8 +73,28 @@ class BenchArgs:
             problems.append(f"--contexts: {self.contexts} must be receiver token counts of at least 8, e.g. 512,2048")
         if self.repeats < 1:
             problems.append(f"--repeats: {self.repeats} is too small (minimum 1)")
+        problems += self.package_problems()
         if problems:
             raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
+
+    def package_problems(self) -> list[str]:
+        """What is wrong with ``--adapter``: not a package, names that clash, or no single direction to time it in."""
+        from heterofold_hub.adapter.config import CONFIG_NAME
+
+        if not self.adapters:
+            return []
+        problems = [f"--adapter: {folder} is not an adapter package (no {CONFIG_NAME}); pass a folder of "
+                    "`hf-fold compress`, `compose` or `train`" for folder in self.adapters
+                    if not (Path(folder) / CONFIG_NAME).is_file()]
+        names = [package_name(folder) for folder in self.adapters]
+        clashes = sorted({n for n in names if names.count(n) > 1 or n in (*METHODS, "composed")})
+        if clashes:
+            problems.append(f"--adapter: folder names {clashes} repeat or clash with a method's row; each package's "
+                            "row is named by its folder, so rename or move the folders")
+        if self.sender is None or self.both_ways:
+            problems.append("--adapter: a package maps one direction; give its --sender and --receiver, without "
+                            "--both-ways")
+        return problems
 
     def directions(self) -> list[tuple[str, str]]:
         if self.sender is None:
@@ -85,6 +106,32 @@ def cuda_available() -> bool:
     import torch  # here, not at the top: `hf-fold --help` must not pay for torch
 
     return torch.cuda.is_available()
+
+
+def package_name(folder) -> str:
+    """The row a ``--adapter`` package is timed under: its folder's name."""
+    return Path(folder).resolve().name
+
+
+def load_packages(sender, receiver, folders: list[Path]) -> tuple[dict, dict]:
+    """``--adapter`` packages, checked against the pair: ``({row: adapter}, {row: ResolvedAdapter})``."""
+    from heterofold_hub.hub.resolve import resolve_adapter
+
+    found = {package_name(folder): resolve_adapter(sender, receiver, adapter=folder) for folder in folders}
+    return {name: f.adapter for name, f in found.items()}, found
+
+
+def packages_table(result: dict, names: list[str]) -> Table:
+    """Each timed adapter's map and hand-off, heterofold's beside the packages, per context: the trade-off table."""
+    table = Table(title="each adapter's hand-off", caption="map: its transfer, ms; end-to-end: prefill / (plan + map); "
+                  "map only: prefill / map")
+    for column in ("context", "adapter", "map ms", "end-to-end", "map only"):
+        table.add_column(column, justify="right")
+    for row in result["rows"]:
+        for name in ("heterofold", *names):
+            table.add_row(str(row["context_tokens"]), name, f"{row['transfer_s'][name] * 1e3:.2f}",
+                          f"{row['speedup']['end_to_end'][name]:.1f}x", f"{row['speedup']['map_only'][name]:.1f}x")
+    return table
 
 
 def parse_contexts(value: str) -> list[int]:
@@ -246,6 +293,8 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
         with status(f"loading {sender_id} -> {receiver_id} and fitting the baselines", messages):
             sender, receiver = Side.load(sender_id), Side.load(receiver_id)
             adapters, origins = bench_adapters(sender, receiver, args.pivot)  # fitted in fp32 on the CPU, then moved
+            packages, package_origins = load_packages(sender, receiver, args.adapters)
+            adapters, origins = {**adapters, **packages}, {**origins, **package_origins}
             records = {name: adapter_record(adapter, origins.get(name)) for name, adapter in adapters.items()}
             device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
@@ -256,6 +305,8 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
                                progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
         result["provenance"] = made
         console.print(*results_tables(result))
+        if args.adapters:
+            console.print(packages_table(result, list(packages)))
         for warning in result["checks"]["warnings"]:
             messages.print(f"[yellow]warning:[/] {warning}", highlight=False)
         for skip in result["skipped"]:

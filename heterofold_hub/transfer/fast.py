@@ -3,7 +3,8 @@
 Per receiver layer and chunk of rows, every source sender layer's keys (un-rotated) and values are gathered
 token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
 ``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
-rounding), and the keys are re-rotated in place there. Receiver layers that read the same sender layers (a
+rounding), and the keys are re-rotated in place there; a factored one (low rank, ``factored_maps``) is ``x @ a``
+into a small scratch buffer, then that ``addmm`` from it. Receiver layers that read the same sender layers (a
 deeper receiver has runs of them) share one gathered input per chunk. On CPU in float32 the gathers and turns run in one
 pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`); elsewhere through torch ops
 (``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are stored token-major
@@ -85,10 +86,13 @@ class LayerStream:
         self.sender_spec, self.receiver_spec = config.sender_spec, config.receiver_spec
         self.sender_width = self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
         self.affine = adapter.affine_maps(0) is not None
+        factored = adapter.factored_maps(0)
+        self.rank = None if factored is None else factored[0][0].shape[1]  # low rank: x @ a, then an addmm from it
+        self.linear = self.affine or self.rank is not None  # written by _map_linear, straight into the cache
         self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)}
         self.arrived: dict[int, LayerKV] = {}
         self.mapped: dict[int, LayerKV] = {}
-        self.direct = self.affine and dtype == self.compute_dtype  # map straight into the cache, no rounding step
+        self.direct = self.linear and dtype == self.compute_dtype  # map straight into the cache, no rounding step
         cpu_float = self.device.type == "cpu" and self.compute_dtype == torch.float32
         self.kernels = kernels.load() if cpu_float else None  # one-pass gather and turn; else torch ops
         if self.kernels is not None and plan.sender_rows.numel():  # the kernel trusts the rows: hold them in bounds
@@ -112,15 +116,17 @@ class LayerStream:
         """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
         kernels, a gathered source and a swapped copy while turning. A map other than affine maps keys and
         values at once (adding the value input and its two outputs); a cache dtype other than the compute dtype
-        adds the output before rounding."""
+        adds the output before rounding; a low-rank map adds its ``x @ a``."""
         c, width = self.adapter.config, self.sender_width
         per_row = c.in_features
         if self.kernels is None:
             per_row += width + max(width, c.out_features)
-        if not self.affine:
+        if not self.linear:
             per_row += c.in_features + 2 * c.out_features
         elif not self.direct:
             per_row += c.out_features
+        if self.rank is not None:
+            per_row += self.rank
         return per_row * torch.finfo(self.compute_dtype).bits // 8
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
@@ -209,10 +215,10 @@ class LayerStream:
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim))
                 for k, v in (self.arrived[source] for source in sources)]
         work = _LayerWork(sources, self.chunks[kept], flat)
-        if self.affine:
-            maps = {r: self.adapter.affine_maps(r) for r in layers}
+        if self.linear:
+            maps = {r: self.adapter.affine_maps(r) if self.affine else self.adapter.factored_maps(r) for r in layers}
             for kind in (0, 1):
-                self._map_affine(work, kind, {r: (*maps[r][kind], rows[r][kind]) for r in layers})
+                self._map_linear(work, kind, {r: (maps[r][kind], rows[r][kind]) for r in layers})
         else:
             for r in layers:
                 self._map_any(work, r, *rows[r])
@@ -241,19 +247,27 @@ class LayerStream:
             buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=self.compute_dtype, device=self.device)
         return buffer
 
-    def _map_affine(self, work: "_LayerWork", kind: int,
-                    targets: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
-        """Keys (``kind`` 0) or values (1) of layers with an affine map, ``targets`` ``{r: (weight, bias, layer rows
-        [B * T, Hr, Dr])}``: per chunk, the sources gathered side by side once, then for each layer one ``addmm``
-        (the reference path's rounding) straight into the cache, and keys turned in place."""
+    def _map_linear(self, work: "_LayerWork", kind: int,
+                    targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]]) -> None:
+        """Keys (``kind`` 0) or values (1) of layers with an affine map, ``targets`` ``{r: (map, layer rows
+        [B * T, Hr, Dr])}``, the map ``(weight [in, out], bias [out])`` or factored ``(a [in, r], b [r, out],
+        bias [out])``: per chunk, the sources gathered side by side once, then for each layer one ``addmm`` (the
+        reference path's rounding) straight into the cache, after ``x @ a`` for a factored map, and keys turned in
+        place."""
         inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
+        low = None if self.rank is None else self._buffer("low rank", self.rank)
         spec = self.receiver_spec
         mapped = None if self.direct else self._buffer("mapped", spec["kv_heads"], spec["head_dim"])
         for chunk in work.chunks:
             x = self._input(work, kind, chunk, inputs)
-            for r, (weight, bias, layer) in targets.items():
+            for r, (linear, layer) in targets.items():
                 out = layer[chunk.out] if self.direct else mapped[:chunk.size]
-                torch.addmm(bias, x, weight, out=out.view(chunk.size, -1))
+                if len(linear) == 3:  # factored: [n, in] @ [in, r] first, so the big product is never formed
+                    a, weight, bias = linear
+                    x_in = torch.mm(x, a, out=low[:chunk.size])
+                else:
+                    (weight, bias), x_in = linear, x
+                torch.addmm(bias, x_in, weight, out=out.view(chunk.size, -1))
                 rotate = chunk.rotate[r]
                 if kind == 0 and rotate is not None:
                     self._turn(out, rotate)
