@@ -51,16 +51,28 @@ def _fitted(methods: list[str], data: str) -> dict:
     return {m: {"method": m, "source": f"fitted in this run on {data}"} for m in methods}
 
 
+def _begin(experiment: Experiment, argv: list[str]):
+    """A stage's provenance block, started before anything loads, and the pair it then loads and records."""
+    block = start_provenance(argv)
+    sender, receiver = _sides(experiment)
+    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    return block, sender, receiver
+
+
+def _scored_adapters(experiment: Experiment, cfg, block: dict, sender, receiver) -> list:
+    """The package folders ``cfg.adapters`` name, recorded in ``block`` beside the methods fitted in the run."""
+    folders, block["adapters"] = resolve_refs(experiment, cfg.adapters, sender, receiver)
+    block["adapters"].update(_fitted(cfg.methods, cfg.calib_data))
+    return folders
+
+
 def score(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Fidelity at each context length: ``{"512": hf-fold eval's JSON, ...}``."""
     from heterofold_hub.commands.evaluate import EvalArgs, run_eval
 
     cfg = experiment.score
-    block = start_provenance(argv)
-    sender, receiver = _sides(experiment)
-    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
-    folders, block["adapters"] = resolve_refs(experiment, cfg.adapters, sender, receiver)
-    block["adapters"].update(_fitted(cfg.methods, cfg.calib_data))
+    block, sender, receiver = _begin(experiment, argv)
+    folders = _scored_adapters(experiment, cfg, block, sender, receiver)
     result = {}
     for context, windows in zip(cfg.contexts, cfg.windows):
         args = EvalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods), data=cfg.data,
@@ -76,11 +88,8 @@ def retrieval(experiment: Experiment, argv: list[str], console: Console, plot: P
     from heterofold_hub.commands.retrieval import RetrievalArgs, run_retrieval
 
     cfg = experiment.retrieval
-    block = start_provenance(argv)
-    sender, receiver = _sides(experiment)
-    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
-    folders, block["adapters"] = resolve_refs(experiment, cfg.adapters, sender, receiver)
-    block["adapters"].update(_fitted(cfg.methods, cfg.calib_data))
+    block, sender, receiver = _begin(experiment, argv)
+    folders = _scored_adapters(experiment, cfg, block, sender, receiver)
     args = RetrievalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods),
                          data=cfg.data, calib_data=cfg.calib_data, lengths=list(cfg.lengths), docs=cfg.docs,
                          batch_size=cfg.batch_size, seed=cfg.seed, adapters=folders, registered=False,
@@ -98,9 +107,7 @@ def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     from heterofold_hub.hub.resolve import resolve_adapter
 
     cfg = experiment.bench
-    block = start_provenance(argv)
-    sender, receiver = _sides(experiment)
-    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    block, sender, receiver = _begin(experiment, argv)
     if cfg.adapter is not None:
         found = resolve_adapter(sender, receiver)
         if f"{found.repo_id}@{found.version}" != cfg.adapter:
@@ -125,9 +132,7 @@ def train(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     from heterofold_hub.adapter.config import CONFIG_NAME
     from heterofold_hub.trainers.train import TrainArgs, run_train
 
-    block = start_provenance(argv)
-    sender, receiver = _sides(experiment)
-    block["models"] = {"sender": model_record(sender), "receiver": model_record(receiver)}
+    block, sender, receiver = _begin(experiment, argv)
     result = {}
     for name, table in experiment.train.items():
         out = ROOT / experiment.package(name)

@@ -118,3 +118,16 @@ def gemma():
     from heterofold_hub.base_models.loading import Side
 
     return Side.load("gguf/gemma3-270m-q4_k_m")
+
+
+@pytest.fixture(params=["kernel", "torch ops"])
+def path(request, monkeypatch):
+    """Both ways the fast path runs: the C kernel (CPU float32), and the torch ops (other devices or dtypes, or
+    no C compiler)."""
+    if request.param == "torch ops":
+        monkeypatch.setattr("heterofold_hub.transfer.fast.kernels.load", lambda: None)
+    else:
+        from helpers import kernels_or_skip  # helpers imports conftest
+
+        kernels_or_skip()
+    return request.param

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from heterofold_hub.methods.features import collect
-from heterofold_hub.transfer.kvcache import cache_layers
+from heterofold_hub.transfer.kvcache import cache_layers, full_cache
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv, sender_features
 from heterofold_hub.methods.affine import AffineAdapter
 from heterofold_hub.adapter.config import AdapterConfig
@@ -116,3 +116,10 @@ def kernels_or_skip():
             pytest.skip(f"C kernels not used here: {status}")
         pytest.fail(f"the C kernels should build here but did not: {status}")
     return built
+
+
+def sender_cache(sender: Side, batch: list[str]):
+    """The sender's prefill of ``batch``, right-padded as the pipeline expects."""
+    inputs = sender.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
+    with torch.no_grad():
+        return sender.model(**inputs, use_cache=True, cache=full_cache()).cache

@@ -19,11 +19,11 @@ from heterofold_hub.methods.features import collect
 from heterofold_hub.methods.low_rank import LowRankAdapter, compress, input_moments, max_rank
 from heterofold_hub.methods.low_rank.factor import data_aware, map_error, plain
 from heterofold_hub.transfer.fast import map_cache
-from heterofold_hub.transfer.kvcache import cache_layers, full_cache
+from heterofold_hub.transfer.kvcache import cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.zoo import DEMO_PAIR
 
-from helpers import assert_same_cache, hf_fold, kernels_or_skip, reference_layers, texts
+from helpers import assert_same_cache, hf_fold, reference_layers, sender_cache, texts
 
 RANK = 8
 
@@ -42,22 +42,6 @@ def pair():
 def moments(pair):
     sender, receiver, found, windows = pair
     return input_moments(found.adapter, sender, receiver, windows[:12], progress=False)
-
-
-@pytest.fixture(params=["kernel", "torch ops"])
-def path(request, monkeypatch):
-    """Both ways the fast path runs: the C kernel (CPU float32) and the torch ops."""
-    if request.param == "torch ops":
-        monkeypatch.setattr("heterofold_hub.transfer.fast.kernels.load", lambda: None)
-    else:
-        kernels_or_skip()
-    return request.param
-
-
-def sender_cache(sender: Side, batch: list[str]):
-    inputs = sender.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
-    with torch.no_grad():
-        return sender.model(**inputs, use_cache=True, cache=full_cache()).cache
 
 
 def test_full_rank_reproduces_the_parents_transfer(pair, moments):

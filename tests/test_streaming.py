@@ -9,7 +9,7 @@ from heterofold_hub.transfer import kernels
 from heterofold_hub.evaluation.bench import text_of_length
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.transfer.kvcache import build_cache, cache_layers, full_cache
+from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.evaluation.memory import peak_extra_bytes
 from heterofold_hub.methods import get_method
 from heterofold_hub.base_models.loading import Side
@@ -19,7 +19,7 @@ from heterofold_hub.transfer.fast import LayerStream, map_cache
 from heterofold_hub.zoo import DEMO_PAIR
 
 from conftest import tiny_model
-from helpers import assert_same_cache, kernels_or_skip, random_affine, reference_layers, small_calibration, texts
+from helpers import assert_same_cache, random_affine, reference_layers, sender_cache, small_calibration, texts
 
 
 @pytest.fixture(scope="module", params=["l2q", "q2l"])
@@ -28,24 +28,6 @@ def demo(request):
     names = DEMO_PAIR if request.param == "l2q" else DEMO_PAIR[::-1]
     sender, receiver = Side.load(names[0]), Side.load(names[1])
     return TransferPipeline(resolve_adapter(sender, receiver).adapter, sender, receiver), sender
-
-
-@pytest.fixture(params=["kernel", "torch ops"])
-def path(request, monkeypatch):
-    """Both ways the fast path runs: the C kernel (CPU float32), and the torch ops (other devices or dtypes, or
-    no C compiler)."""
-    if request.param == "torch ops":
-        monkeypatch.setattr("heterofold_hub.transfer.fast.kernels.load", lambda: None)
-    else:
-        kernels_or_skip()
-    return request.param
-
-
-def sender_cache(sender: Side, batch: list[str]):
-    """The sender's prefill of ``batch``, right-padded as the pipeline expects."""
-    inputs = sender.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
-    with torch.no_grad():
-        return sender.model(**inputs, use_cache=True, cache=full_cache()).cache
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 50])
