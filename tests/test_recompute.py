@@ -5,6 +5,8 @@ recompute=0 leaves the transfer untouched, a recomputed position's first-layer K
 alone there) while every other position keeps its mapped K/V.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -135,6 +137,22 @@ def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
         pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query", query=["a", "b", "c"])
 
 
+def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, unigram):
+    """keywords chooses from the words alone, so it needs no sender model; attention does, and says so; with the
+    sender unloaded, query falls back to the same words and chooses what keywords chooses."""
+    pipe = pipeline("llama", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    pipe.sender = dataclasses.replace(pipe.sender, model=None)
+    kw = dict(recompute=0.2, query="def answer():")
+    keywords = pipe.transfer(prefill, CONTEXTS, select="keywords", **kw)
+    query = pipe.transfer(prefill, CONTEXTS, select="query", **kw)
+    for (k, k0), (v, v0), _ in layer_pairs(keywords, query):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert keywords.recompute["share"] == pytest.approx(0.2, abs=0.02)
+    with pytest.raises(HeteroFoldError, match="not loaded"):
+        pipe.transfer(prefill, CONTEXTS, select="attention", **kw)
+
+
 def test_choose_takes_each_rows_top_share_in_position_order():
     scores = torch.tensor([[0.0, 5.0, 1.0, 4.0, 3.0, 2.0], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0]])
     mapped = torch.tensor([[False, True, True, True, True, True], [False, False, False, True, True, True]])
@@ -176,7 +194,7 @@ def test_spread_in_line_stays_on_the_peaks_line():
     assert spread_in_line(two, lines, 1).tolist() == [[1.0, 2.0, 1.0, 1.0, 5.0, 5.0]]
 
 
-@pytest.mark.parametrize("select", ["query", "content"])
+@pytest.mark.parametrize("select", ["keywords", "query", "content"])
 def test_query_and_content_find_the_asked_fact_line(select, unigram):
     """On a document whose one stated fact sits mid-filler, the top-scored positions are that line's tokens."""
     filler = texts()[3][:600]

@@ -50,11 +50,13 @@ class EvalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
+        from heterofold_hub.transfer.selection import needs_query
+
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot) + dtype_problems(self.dtype)
         try:
             settings = self.recompute_settings()
-            if settings.select in ("query", "attention", "oracle") and settings.active:
+            if (needs_query(settings.select) or settings.select == "oracle") and settings.active:
                 problems.append(f"--select: {settings.select!r} needs a prompt or answer spans, which fidelity windows do "
                                 "not have; choose content, digits, deviation, tail or chunk-start")
         except HeteroFoldError as bad:

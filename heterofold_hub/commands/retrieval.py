@@ -72,6 +72,7 @@ class RetrievalArgs:
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         from heterofold_hub.commands.evaluate import shared_problems
+        from heterofold_hub.transfer.selection import needs_query
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot)
@@ -79,7 +80,7 @@ class RetrievalArgs:
             problems.append(f"--question-by: {self.question_by!r}; choose receiver (the hand-off: the receiver reads "
                             "its own question) or sender (the question is transferred with the context)")
         try:
-            needs_prompt = self.recompute_kwargs().get("select") in ("query", "attention")
+            needs_prompt = needs_query(self.recompute_kwargs().get("select"))
             if needs_prompt and self.question_by != "receiver":
                 problems.append(f"--select {self.select}: reads the receiver's question, so it needs --question-by receiver")
             if self.recompute_kwargs().get("select") == "oracle":

@@ -206,7 +206,8 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
         from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
 
         inputs.query_ids = [encode(receiver.tokenizer, q, add_special_tokens=False)[0] for q in query]
-        if settings.select == "attention" or (sender is not None and sender.model is not None and sender_mask is not None):
+        loaded = sender is not None and sender.model is not None and sender_mask is not None
+        if "sender_attention" in selector.needs and (settings.select == "attention" or loaded):
             if sender_mask is None:
                 raise HeteroFoldError("select='attention' reads the sender's attention: pass a cache made by "
                                       "prefill_sender (it keeps the sender's padding).")

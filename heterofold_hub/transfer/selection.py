@@ -11,8 +11,10 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``deviation``: where the mapped K/V of the receiver's first layer deviates most from its native K/V (CacheBlend;
   pays a native first layer over every token, which then stays in the cache);
 - ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
-  attention from the prompt breaking ties (ProphetKV's relevance to the query); ``attention``: that attention
-  alone (CacheClip style). Both need the prompt at transfer time, ``attention`` the sender model too;
+  attention from the prompt breaking ties (ProphetKV's relevance to the query); ``keywords``: the same words
+  alone, with no model run (the sender's attention costs a forward of the prompt over the whole cache);
+  ``attention``: that attention alone (CacheClip style). All need the prompt at transfer time, ``attention`` the
+  sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
 """
 
@@ -55,7 +57,9 @@ class Selector:
     """Scores positions for recompute; subclasses set ``name`` and ``needs`` and implement :meth:`scores`."""
 
     name: str = ""
-    needs: tuple[str, ...] = ()  # "surprisal", "query", "first_layer", "spans": what the pipeline must provide
+    # what the pipeline must provide: "surprisal", "query" (the prompt's receiver ids), "sender_attention" (the
+    # sender's attention from the prompt, when the sender model is loaded), "first_layer", "spans"
+    needs: tuple[str, ...] = ()
 
     def scores(self, inputs: SelectionInputs) -> torch.Tensor:
         """``[B, Tr]`` float, higher recomputed first."""
@@ -117,32 +121,48 @@ class Attention(Selector):
     """The sender's attention from the prompt over the context alone (CacheClip's signal, with the sender as helper)."""
 
     name = "attention"
-    needs = ("query",)
+    needs = ("query", "sender_attention")
 
     def scores(self, inputs):
         return spread_back(inputs.query_attention, SPAN_BEFORE)
 
 
-class Query(Selector):
-    """The prompt's rare words found in the context (each matched token weighted by how rare it is there), the sender's
-    attention from the prompt breaking ties, spread over the line around each match: the statement the prompt asks
-    about, name and value together."""
+class Keywords(Selector):
+    """The prompt's rare words found in the context, each matched token weighted by how rare it is there, spread over
+    the line around each match: the statement the prompt asks about, name and value together. No model runs."""
 
-    name = "query"
+    name = "keywords"
     needs = ("query",)
 
     def scores(self, inputs):
-        ids, mapped = inputs.receiver_ids, inputs.mapped_mask
-        score = torch.zeros(ids.shape)
-        for row, asked in enumerate(inputs.query_ids):
-            context = ids[row][mapped[row]]
-            counts = torch.bincount(context, minlength=int(max(ids.max(), asked.max())) + 1).float()
-            matched = torch.isin(ids[row], asked) & mapped[row]
-            score[row] = matched.float() / counts[ids[row]].clamp(min=1)
-        attention = inputs.query_attention
+        return spread_in_line(keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+
+
+class Query(Selector):
+    """:class:`Keywords`, with the sender's attention from the prompt (when the sender model is loaded) breaking
+    ties between positions the words score alike."""
+
+    name = "query"
+    needs = ("query", "sender_attention")
+
+    def scores(self, inputs):
+        score, attention = keyword_matches(inputs), inputs.query_attention
         if attention is not None:
             score = score + 1e-3 * attention / attention.amax(1, keepdim=True).clamp(min=1e-12)
-        return spread_in_line(score, line_ids(inputs.tokenizer, ids), LINE_RADIUS)
+        return spread_in_line(score, line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+
+
+def keyword_matches(inputs: SelectionInputs) -> torch.Tensor:
+    """``[B, Tr]``: at each mapped context token that also occurs in the row's prompt, 1 / its count in the context
+    (a name the prompt asks about outweighs ``the``), else 0."""
+    ids, mapped = inputs.receiver_ids, inputs.mapped_mask
+    score = torch.zeros(ids.shape)
+    for row, asked in enumerate(inputs.query_ids):
+        context = ids[row][mapped[row]]
+        counts = torch.bincount(context, minlength=int(max(ids.max(), asked.max())) + 1).float()
+        matched = torch.isin(ids[row], asked) & mapped[row]
+        score[row] = matched.float() / counts[ids[row]].clamp(min=1)
+    return score
 
 
 class Oracle(Selector):
@@ -158,8 +178,8 @@ class Oracle(Selector):
         return score
 
 
-SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Query,
-                                                            Attention, Oracle)}
+SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Keywords,
+                                                            Query, Attention, Oracle)}
 
 
 def needs_surprisal(select: str | None) -> bool:
