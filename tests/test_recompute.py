@@ -13,8 +13,10 @@ import torch
 from heterofold_hub.base_models.arch import SUPPORTED_ARCHITECTURES
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.transfer.kvcache import cache_layers
+from heterofold_hub.transfer.fast import map_every_position
+from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
 from heterofold_hub.transfer.selection import SELECTORS, SelectionInputs, choose, spread_back, spread_in_line
 from heterofold_hub.transfer.sender import prefill_sender
 
@@ -98,6 +100,39 @@ def test_partial_recompute_replaces_exactly_the_chosen_rows(arch, bpe, unigram):
             nk, nv = (x[:, :, -kept:] for x in cache_layers(native.cache)[0])
             assert torch.allclose(k * picked, nk * picked, atol=1e-5)
             assert torch.allclose(v * picked, nv * picked, atol=1e-5)
+
+
+def test_sliding_layers_map_only_the_windows_a_recompute_reads(bpe, unigram):
+    """Positions are chosen before the map, so a sliding layer maps only its final window and the window up to each
+    chosen position: the cache equals the one recomputed over a working cache mapped at every row."""
+    pipe = pipeline("gemma3_text", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    plan, layers = pipe.plan(CONTEXTS), cache_layers(prefill.cache)
+    spans = [[(40, 43), (80, 83)], [(30, 33)]]  # a few tokens mid-context, far from the final window and each other
+    asked = []
+
+    def mapped(needed, honour):
+        asked.append(needed)
+        return map_every_position(pipe.adapter, plan, layers, dtype=torch.float32, needed=needed if honour else None)
+
+    kw = dict(receiver=pipe.receiver, sender=pipe.sender, alignment=plan.alignment, sender_layers=layers,
+              sender_mask=prefill.attention_mask, surprisal=None, query=None, spans=spans, texts=CONTEXTS)
+    settings = RecomputeSettings(select="oracle")
+    part, choice = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, True), **kw)
+    full, again = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, False), **kw)
+    needed, windows = asked[0], pipe.receiver.spec.windows
+    kept = max(w for w in windows if w is not None)  # a sliding layer's cache keeps this many last positions
+    assert torch.equal(choice.index, again.index)
+    want = torch.zeros_like(needed)
+    want[:, -kept:] = True
+    for row in range(len(CONTEXTS)):
+        for column in choice.index[row][choice.valid[row]].tolist():
+            want[row, max(column - kept, 0):column + 1] = True  # what a chosen position attends to in a sliding layer
+    assert torch.equal(needed, want) and not needed.all()  # rows are left unmapped
+    for a, b in zip(cache_layers(build_cache(part, windows=windows, tokens=plan.cache_tokens)),
+                    cache_layers(build_cache(full, windows=windows, tokens=plan.cache_tokens))):
+        for x, y in zip(a, b):
+            assert torch.allclose(x, y, atol=1e-6), (x - y).abs().max()
 
 
 def test_repair_layers_makes_the_first_layers_native_everywhere(bpe, unigram):

@@ -29,6 +29,7 @@ from heterofold_hub.transfer.kvcache import LayerKV, build_cache, truncated_send
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.transfer.plan import TransferPlan, Turn
 
+NEEDED = "needed"  # the layout of a sliding layer in a recompute's working cache: only the rows its windows read
 MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes
 
@@ -67,11 +68,13 @@ class LayerStream:
     arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` sets the rows
     per chunk (default: as many as keep a chunk's temporaries within ``TEMPORARY_BUDGET`` receiver layers, at
     least ``MIN_CHUNK_TOKENS``). ``every_position`` maps every row of sliding-window layers too, for a working
-    cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`).
+    cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`); a ``[B, Tr]`` bool tensor instead
+    maps only its rows in sliding-window layers (the windows a recompute attends to), every row of full layers,
+    and leaves the others zero.
     """
 
     def __init__(self, adapter: PairAdapter, plan: TransferPlan, *, dtype: torch.dtype, chunk_tokens: int | None = None,
-                 every_position: bool = False):
+                 every_position: bool | torch.Tensor = False):
         config = adapter.config
         if plan.alignment.native_prefix < config.min_native:
             raise HeteroFoldError(f"This plan computes {plan.alignment.native_prefix} prefix token(s) natively but the "
@@ -102,15 +105,27 @@ class LayerStream:
         # A sliding-window receiver layer keeps only its last `window` positions: only those rows are mapped.
         self.windows = KVSpec.from_dict(self.receiver_spec).windows
         self.sender_windows = KVSpec.from_dict(self.sender_spec).windows
-        if every_position:  # a working cache for a recompute: sliding layers keep every row too
+        tokens = plan.cache_tokens
+        # Each layer's layout: how many last positions per row it keeps, or NEEDED (every position, only the
+        # needed rows mapped). Layers of one layout share their chunks and, with the same sources, their inputs.
+        self.needed = every_position if isinstance(every_position, torch.Tensor) else None
+        if self.needed is not None and tuple(self.needed.shape) != (plan.batch_size, tokens):
+            raise HeteroFoldError(f"every_position holds {tuple(self.needed.shape)} rows; this plan has "
+                                  f"{(plan.batch_size, tokens)} ([batch, receiver tokens]).")
+        self.layouts = [tokens if w is None or every_position is True else NEEDED if self.needed is not None
+                        else min(w, tokens) for w in self.windows]
+        if every_position is not False:  # a working cache for a recompute: sliding layers keep every position
             self.windows = [None] * len(self.windows)
-        self.kept = {w: min(w, plan.cache_tokens) if w is not None else plan.cache_tokens for w in set(self.windows)}
         size = chunk_tokens or self._rows_within_budget(self._temporaries_per_row())
-        self.chunks = {kept: self._chunks(size, kept) for kept in set(self.kept.values())}
-        # per kept length, the native-prefix and padding rows among the kept ones: once per stream, not per layer
-        self.kept_rows = {kept: (*self._kept_rows(plan.native_rows, kept), self._kept_rows(plan.padding_rows, kept)[0])
-                          for kept in self.chunks}
+        self.chunks = {layout: self._chunks(size, layout) for layout in set(self.layouts)}
+        # per layout, the native-prefix and padding rows among the kept ones: once per stream, not per layer
+        self.kept_rows = {layout: (*self._kept_rows(plan.native_rows, self._kept(layout)),
+                                   self._kept_rows(plan.padding_rows, self._kept(layout))[0]) for layout in self.chunks}
         self.scratch: dict[str, torch.Tensor] = {}
+
+    def _kept(self, layout: int | str) -> int:
+        """Positions per row that a layer of ``layout`` holds."""
+        return self.plan.cache_tokens if layout == NEEDED else layout
 
     def _temporaries_per_row(self) -> int:
         """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
@@ -150,7 +165,7 @@ class LayerStream:
         for r in ready:
             del self.pending[r]
             sources = tuple(self.adapter.config.layer_sources[r])
-            groups.setdefault((sources, self.kept[self.windows[r]]), []).append(r)
+            groups.setdefault((sources, self.layouts[r]), []).append(r)
         for (sources, _), layers in groups.items():
             self.mapped.update(self._map_layers(layers, list(sources)))
         needed = set().union(*self.pending.values()) if self.pending else set()
@@ -181,11 +196,14 @@ class LayerStream:
                     "([batch, kv_heads, sender tokens, head_dim]). Pass the cache the sender made of the planned texts."
                 )
 
-    def _chunks(self, size: int, kept: int) -> list[Chunk]:
-        """Chunks of at most ``size`` receiver rows covering each row's last ``kept`` positions, with everything
-        about them that no layer changes."""
+    def _chunks(self, size: int, layout: int | str) -> list[Chunk]:
+        """Chunks of at most ``size`` receiver rows covering each row's last ``layout`` positions (or the needed
+        rows), with everything about them that no layer changes."""
         plan, rows, tokens = self.plan, self.plan.sender_rows, self.plan.cache_tokens  # rows [B * Tr, Hs]
-        if kept == tokens:  # every position: one run over the whole batch
+        kept = self._kept(layout)
+        if layout == NEEDED:  # each run of needed rows, written where it lies
+            runs = [(a, b, a) for a, b in _runs(self.needed.flatten().cpu())]
+        elif kept == tokens:  # every position: one run over the whole batch
             runs = [(0, rows.shape[0], 0)]
         else:  # a window: the last `kept` positions of each row
             runs = [(b * tokens + tokens - kept, (b + 1) * tokens, b * kept) for b in range(plan.batch_size)]
@@ -206,15 +224,16 @@ class LayerStream:
         """Keys and values ``[B, Hr, T, Dr]`` of receiver ``layers``, which all read sender layers ``sources`` and
         keep the same rows (``T``: ``Tr``, or their window)."""
         plan, spec = self.plan, self.receiver_spec
-        kept = self.kept[self.windows[layers[0]]]
-        shape = (plan.batch_size, kept, spec["kv_heads"], spec["head_dim"])
-        made = {r: (torch.empty(shape, dtype=self.dtype, device=self.device),  # token-major, like the map's output
-                    torch.empty(shape, dtype=self.dtype, device=self.device)) for r in layers}
+        layout = self.layouts[layers[0]]
+        shape = (plan.batch_size, self._kept(layout), spec["kv_heads"], spec["head_dim"])
+        new = torch.zeros if layout == NEEDED else torch.empty  # rows never mapped must read as zeros, not garbage
+        made = {r: (new(shape, dtype=self.dtype, device=self.device),  # token-major, like the map's output
+                    new(shape, dtype=self.dtype, device=self.device)) for r in layers}
         rows = {r: tuple(x.view(-1, *shape[2:]) for x in kv) for r, kv in made.items()}  # [B * T, Hr, Dr]
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim))
                 for k, v in (self.arrived[source] for source in sources)]
-        work = _LayerWork(sources, self.chunks[kept], flat)
+        work = _LayerWork(sources, self.chunks[layout], flat)
         if self.linear:
             maps = {r: self.adapter.affine_maps(r) if self.affine else self.adapter.factored_maps(r) for r in layers}
             for kind in (0, 1):
@@ -222,7 +241,7 @@ class LayerStream:
         else:
             for r in layers:
                 self._map_any(work, r, *rows[r])
-        native_rows, native_at, padding_rows = self.kept_rows[kept]
+        native_rows, native_at, padding_rows = self.kept_rows[layout]
         for r in layers:
             native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
             for layer_rows, native in zip(rows[r], (native_k, native_v)):
@@ -243,7 +262,7 @@ class LayerStream:
         by every chunk and layer (a fresh allocation per layer costs page faults)."""
         buffer = self.scratch.get(name)
         if buffer is None or buffer.shape[1:] != shape:
-            rows = max(chunk.size for chunks in self.chunks.values() for chunk in chunks)
+            rows = max((chunk.size for chunks in self.chunks.values() for chunk in chunks), default=1)
             buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=self.compute_dtype, device=self.device)
         return buffer
 
@@ -324,6 +343,12 @@ class _LayerWork:
     flat: list[LayerKV]
 
 
+def _runs(flags: torch.Tensor) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of True in ``flags`` ``[N]``."""
+    edges = torch.diff(torch.nn.functional.pad(flags.int(), (1, 1))).nonzero().flatten().tolist()
+    return list(zip(edges[::2], edges[1::2]))
+
+
 def _turns_at(turns: list[Turn | None], rows: slice) -> list[Turn | None]:
     """Each layer's turn :meth:`Turn.at` ``rows``, sliced once per distinct turn (layers of a type share one)."""
     done: dict[int, Turn | None] = {}
@@ -341,10 +366,12 @@ def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[Laye
 
 
 def map_every_position(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *,
-                       dtype: torch.dtype) -> list[LayerKV]:
+                       dtype: torch.dtype, needed: torch.Tensor | None = None) -> list[LayerKV]:
     """Receiver layers ``[B, Hr, Tr, Dr]`` with every position mapped, sliding-window layers included (a
-    recompute's working cache)."""
-    stream = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=True), sender_layers)
+    recompute's working cache); with ``needed`` ``[B, Tr]`` bool, sliding-window layers map only those rows and
+    hold zeros elsewhere."""
+    stream = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=True if needed is None else needed),
+                  sender_layers)
     return [stream.mapped[r] for r in range(len(stream.mapped))]
 
 

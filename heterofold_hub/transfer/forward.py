@@ -36,8 +36,9 @@ def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch, *, re
     native = native_prefix_kv(model, alignment)
     layers = assemble(adapter, batch.features, alignment, receiver.rope, native, dtype=model.dtype)
     if recompute is not None and recompute.active:
+        mapped = [(k.detach(), v.detach()) for k, v in layers]  # the reference path maps every row anyway
         layers, _ = recomputed_layers(recompute, receiver=receiver, sender=None, alignment=alignment,
-                                      working=[(k.detach(), v.detach()) for k, v in layers], sender_layers=[],
+                                      map_rows=lambda needed: mapped, sender_layers=[],
                                       sender_mask=None, surprisal=batch.surprisal, query=None, spans=None, texts=None)
     steps = batch.query.shape[1]
     positions = alignment.receiver_positions[:, -1:] + 1 + torch.arange(steps)

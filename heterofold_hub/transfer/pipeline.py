@@ -146,9 +146,9 @@ class TransferPipeline:
         dtype = self.receiver.model.dtype
         if not settings.active:
             return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan)
-        working = map_every_position(self.adapter, plan, layers, dtype=dtype)
         working, choice = recomputed_layers(
-            settings, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, working=working, sender_layers=layers,
+            settings, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
+            map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed),
             sender_mask=None if prefill is None else prefill.attention_mask,
             surprisal=None if prefill is None else prefill.surprisal,
             query=None if query is None else _per_row(query, plan.batch_size, "query"), spans=spans, texts=texts)

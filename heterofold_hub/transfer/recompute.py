@@ -18,6 +18,7 @@ costs ``k / L`` of a prefill), where the map is weakest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -181,24 +182,23 @@ class RecomputeSettings:
 
 
 @torch.no_grad()
-def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignment, working: list[LayerKV],
-                      sender_layers: list[LayerKV], sender_mask: torch.Tensor | None,
-                      surprisal: torch.Tensor | None, query: list[str] | None,
+def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignment,
+                      map_rows: Callable[[torch.Tensor | None], list[LayerKV]], sender_layers: list[LayerKV],
+                      sender_mask: torch.Tensor | None, surprisal: torch.Tensor | None, query: list[str] | None,
                       spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[list[LayerKV], Choice]:
-    """``working`` (every position mapped, ``[B, Hr, Tr, Dr]`` per layer, over ``alignment``'s receiver tokens)
-    with ``settings`` applied: first layers
-    repaired, then the chosen positions recomputed. ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come
-    from the sender's prefill; ``query``, ``spans`` and ``texts`` are needed by the strategies that read them."""
+    """The working cache (every position, ``[B, Hr, Tr, Dr]`` per layer, over ``alignment``'s receiver tokens) with
+    ``settings`` applied: first layers repaired, then the chosen positions recomputed.
+
+    ``map_rows(needed)`` maps the sender cache into it, sliding-window layers only at the ``[B, Tr]`` rows
+    ``needed`` (every row for None). Positions are chosen before the map unless the strategy reads the mapped
+    first layer, so sliding layers map only the windows the recompute attends to and the final cache keeps.
+    ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come from the sender's prefill; ``query``, ``spans``
+    and ``texts`` are needed by the strategies that read them."""
     selector = get_selector(settings.select)
     model, rows, columns = receiver.model, alignment.receiver_ids.shape[0], alignment.receiver_ids.shape[1]
     aligned = lambda x: x.gather(1, alignment.sender_index.clamp(max=x.shape[1] - 1))  # noqa: E731 [B, Ts] -> [B, Tr]
     inputs = SelectionInputs(receiver_ids=alignment.receiver_ids, mapped_mask=alignment.mapped_mask,
                              tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
-    first = max(settings.repair_layers, 1 if "first_layer" in selector.needs else 0)
-    if first:
-        native = native_first_layers(model, alignment.receiver_ids, alignment.attention_mask, first)
-        inputs.native_first, inputs.mapped_first = native, working[:first]
-        working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
     if "query" in selector.needs:
         if query is None:
             raise HeteroFoldError(f"select={settings.select!r} needs the receiver's prompt at transfer time (query=...); "
@@ -217,14 +217,42 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
             raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
                                   "one list per context) and the context texts.")
         inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
-    if settings.fraction == 0 and settings.select != "oracle":
-        return working, Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
-    choice = choose(selector.scores(inputs), alignment.mapped_mask,
-                    None if settings.select == "oracle" else settings.fraction)
+    fraction = None if settings.select == "oracle" else settings.fraction
+    none = Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
+    first = max(settings.repair_layers, 1 if "first_layer" in selector.needs else 0)
+    choice = working = None
+    if "first_layer" not in selector.needs:  # choose first: the map then skips rows no window reads
+        choice = none if fraction == 0 else choose(selector.scores(inputs), alignment.mapped_mask, fraction)
+        working = map_rows(window_rows(choice, columns, receiver.spec.windows))
+    else:
+        working = map_rows(None)
+    if first:
+        native = native_first_layers(model, alignment.receiver_ids, alignment.attention_mask, first)
+        inputs.native_first, inputs.mapped_first = native, working[:first]
+        working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
+    if choice is None:
+        choice = none if fraction == 0 else choose(selector.scores(inputs), alignment.mapped_mask, fraction)
     windows = [None if w is None else w + 1 for w in receiver.spec.windows]
     working = recompute(model, working, alignment.receiver_ids, alignment.attention_mask, choice.index, choice.valid,
                         windows=windows)
     return working, choice
+
+
+def window_rows(choice: Choice, columns: int, windows: list[int | None]) -> torch.Tensor | None:
+    """``[B, columns]`` bool: the rows a sliding-window layer of the working cache must hold, its last ``window``
+    rows (what the final cache keeps) and the ``window + 1`` up to each chosen column (what the recompute attends
+    to there); None when no layer slides. ``windows``: per layer, the positions a sliding layer keeps
+    (:attr:`KVSpec.windows`)."""
+    window = max((w for w in windows if w is not None), default=None)
+    if window is None:
+        return None
+    rows = choice.index.shape[0]
+    edges = torch.zeros((rows, columns + 1), dtype=torch.int32)
+    edges[:, max(columns - window, 0)] += 1  # the final cache's window
+    index, valid = choice.index, choice.valid.int()
+    edges.scatter_add_(1, (index - window).clamp(min=0), valid)
+    edges.scatter_add_(1, index + 1, -valid)
+    return edges.cumsum(1)[:, :columns] > 0
 
 
 def receiver_offsets(receiver, texts: list[str], columns: int) -> torch.Tensor:
