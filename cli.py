@@ -42,7 +42,7 @@ SEED = typer.Option(EvalArgs.seed, help="Seed: same seed, same result (on CPU)."
 RECOMPUTE = typer.Option(EvalArgs.recompute, help="Share of the context's mapped positions the receiver recomputes "
                          "natively after the map (0: pure transfer, 1: native prefill).")
 SELECT = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, tail, "
-                      "chunk-start; keywords, query and attention read the prompt (retrieval's question, bench's --query).")
+                      "chunk-start; statement, keywords, query and attention read the prompt (retrieval's question, bench's --query).")
 REPAIR_LAYERS = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every position.")
 
 
@@ -277,7 +277,7 @@ def bench_command(
     recompute: float = RECOMPUTE,
     select: str = SELECT,
     repair_layers: int = REPAIR_LAYERS,
-    query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select keywords, query or attention."),
+    query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select statement, keywords, query or attention."),
     both_ways: bool = typer.Option(BenchArgs.both_ways, "--both-ways", help="Also time receiver -> sender (the demo "
                                    "pair, given no --sender/--receiver, always runs both ways)."),
     adapter: list[str] = typer.Option([], "--adapter", help="An adapter package to time beside the methods, a row "

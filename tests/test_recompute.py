@@ -155,7 +155,7 @@ def test_every_strategy_runs_and_recomputes_its_share(select, bpe, unigram):
     spans = [[(10, 40)], [(0, 25)]]
     result = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select=select, query="def answer():", spans=spans)
     share = result.recompute["share"]
-    assert (0 < share < 0.2) if select == "oracle" else abs(share - 0.1) < 0.02
+    assert (0 < share < 0.2) if select in ("oracle", "statement") else abs(share - 0.1) < 0.02
     assert all(torch.isfinite(k).all() for k, _ in cache_layers(result.cache))
 
 
@@ -186,6 +186,27 @@ def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, uni
     assert keywords.recompute["share"] == pytest.approx(0.2, abs=0.02)
     with pytest.raises(HeteroFoldError, match="not loaded"):
         pipe.transfer(prefill, CONTEXTS, select="attention", **kw)
+
+
+def test_statement_takes_only_the_best_matching_lines_within_the_share(unigram):
+    """Two fact lines and filler: statement scores the asked line's tokens (and no other line's) above 0, and
+    choose(positive_only=True) takes them and nothing else, however large the share, or fewer when the share is
+    smaller than the line."""
+    document = ("# the code of amber-falcon is 73914\n# the code of quiet-river is 50218\n"
+                "def f(x):\n    return x + 1\n")
+    encoded = unigram(document, return_offsets_mapping=True)
+    ids, offsets = torch.tensor(encoded.input_ids), torch.tensor(encoded.offset_mapping)
+    mapped = torch.ones(1, len(ids), dtype=torch.bool)
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=mapped, tokenizer=unigram,
+                             query_ids=[torch.tensor(unigram("# recall: the code of amber-falcon is ",
+                                                             add_special_tokens=False).input_ids)])
+    scores = SELECTORS["statement"]().scores(inputs)[0]
+    first_line = (offsets[:, 1] <= document.index("\n") + 1) & (offsets[:, 1] > offsets[:, 0])
+    assert (scores[first_line] > 0).all() and (scores[~first_line] == 0).all()
+    everything = choose(scores[None], mapped, 0.9, positive_only=True)
+    assert everything.index[0].tolist() == first_line.nonzero().flatten().tolist()
+    assert choose(scores[None], mapped, 0.9).index.shape[1] > first_line.sum()  # filling the share takes more
+    assert choose(scores[None], mapped, 2 / len(ids), positive_only=True).index.shape[1] == 2
 
 
 def test_choose_takes_each_rows_top_share_in_position_order():
@@ -229,7 +250,7 @@ def test_spread_in_line_stays_on_the_peaks_line():
     assert spread_in_line(two, lines, 1).tolist() == [[1.0, 2.0, 1.0, 1.0, 5.0, 5.0]]
 
 
-@pytest.mark.parametrize("select", ["keywords", "query", "content"])
+@pytest.mark.parametrize("select", ["keywords", "statement", "query", "content"])
 def test_query_and_content_find_the_asked_fact_line(select, unigram):
     """On a document whose one stated fact sits mid-filler, the top-scored positions are that line's tokens."""
     filler = texts()[3][:600]

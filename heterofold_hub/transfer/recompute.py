@@ -218,11 +218,16 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
                                   "one list per context) and the context texts.")
         inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
     fraction = None if settings.select == "oracle" else settings.fraction
-    none = Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
+
+    def chosen() -> Choice:
+        if fraction == 0:
+            return Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
+        return choose(selector.scores(inputs), alignment.mapped_mask, fraction, positive_only=not selector.fills_share)
+
     first = max(settings.repair_layers, 1 if "first_layer" in selector.needs else 0)
-    choice = working = None
+    choice = None
     if "first_layer" not in selector.needs:  # choose first: the map then skips rows no window reads
-        choice = none if fraction == 0 else choose(selector.scores(inputs), alignment.mapped_mask, fraction)
+        choice = chosen()
         working = map_rows(window_rows(choice, columns, receiver.spec.windows))
     else:
         working = map_rows(None)
@@ -230,8 +235,7 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
         native = native_first_layers(model, alignment.receiver_ids, alignment.attention_mask, first)
         inputs.native_first, inputs.mapped_first = native, working[:first]
         working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
-    if choice is None:
-        choice = none if fraction == 0 else choose(selector.scores(inputs), alignment.mapped_mask, fraction)
+    choice = choice or chosen()
     windows = [None if w is None else w + 1 for w in receiver.spec.windows]
     working = recompute(model, working, alignment.receiver_ids, alignment.attention_mask, choice.index, choice.valid,
                         windows=windows)

@@ -13,8 +13,9 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
   attention from the prompt breaking ties (ProphetKV's relevance to the query); ``keywords``: the same words
   alone, with no model run (the sender's attention costs a forward of the prompt over the whole cache);
-  ``attention``: that attention alone (CacheClip style). All need the prompt at transfer time, ``attention`` the
-  sender model too;
+  ``statement``: only the line those words match best (and any matching at least half as well), however large the
+  share, which then only caps it; ``attention``: that attention alone (CacheClip style). All need the prompt at
+  transfer time, ``attention`` the sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
 """
 
@@ -30,7 +31,8 @@ from heterofold_hub.transfer.kvcache import LayerKV
 CHUNK = 64  # chunk-start's chunk length in receiver tokens
 DIGIT_BONUS = 20.0  # nats added to a token with a digit: numbers are what exact copying most often needs
 SPAN_BEFORE = 4  # tokens before a chosen token that share its score (the name before a value, a line's start)
-LINE_RADIUS = 12  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
+LINE_RADIUS = 12
+STATEMENT_SHARE = 0.5  # a line matching the prompt at least this share as well as the best is recomputed with it  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Selector:
     # what the pipeline must provide: "surprisal", "query" (the prompt's receiver ids), "sender_attention" (the
     # sender's attention from the prompt, when the sender model is loaded), "first_layer", "spans"
     needs: tuple[str, ...] = ()
+    fills_share: bool = True  # False: only positions scored above 0 are taken, at most the recompute share
 
     def scores(self, inputs: SelectionInputs) -> torch.Tensor:
         """``[B, Tr]`` float, higher recomputed first."""
@@ -138,6 +141,24 @@ class Keywords(Selector):
         return spread_in_line(keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
 
 
+class Statement(Selector):
+    """The statement the prompt asks about: the line whose tokens match the prompt's rare words best (by the sum of
+    :func:`keyword_matches` over the line), with any line that matches at least half as well, and nothing more.
+    Recomputing further lines to fill the share lowered retrieval at 2048 tokens (docs/results.md), so the share
+    only caps what this takes."""
+
+    name = "statement"
+    needs = ("query",)
+    fills_share = False
+
+    def scores(self, inputs):
+        match, lines = keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids)
+        per_line = torch.zeros(match.shape[0], int(lines.max()) + 1).scatter_add_(1, lines, match)
+        score = per_line.gather(1, lines)  # [B, Tr]: each token scores its line's sum
+        best = per_line.amax(1, keepdim=True)
+        return torch.where((score >= STATEMENT_SHARE * best) & (best > 0), score, torch.zeros_like(score))
+
+
 class Query(Selector):
     """:class:`Keywords`, with the sender's attention from the prompt (when the sender model is loaded) breaking
     ties between positions the words score alike."""
@@ -179,7 +200,7 @@ class Oracle(Selector):
 
 
 SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Keywords,
-                                                            Query, Attention, Oracle)}
+                                                            Statement, Query, Attention, Oracle)}
 
 
 def needs_surprisal(select: str | None) -> bool:
@@ -247,15 +268,17 @@ class Choice:
     share: float = field(default=0.0)
 
 
-def choose(scores: torch.Tensor, mapped_mask: torch.Tensor, fraction: float | None) -> Choice:
+def choose(scores: torch.Tensor, mapped_mask: torch.Tensor, fraction: float | None, *,
+           positive_only: bool = False) -> Choice:
     """Per row, the top ``fraction`` of its mapped positions by ``scores`` (``[B, Tr]``), at least one when the
-    fraction is above 0; ``fraction=None`` takes every position with a positive score (the oracle's spans)."""
-    counts = mapped_mask.sum(1)
+    fraction is above 0 (``positive_only``: of those scored above 0 only, so maybe fewer); ``fraction=None`` takes
+    every position with a positive score (the oracle's spans)."""
+    counts, positive = mapped_mask.sum(1), ((scores > 0) & mapped_mask).sum(1)
     if fraction is None:
-        wanted = ((scores > 0) & mapped_mask).sum(1)
+        wanted = positive
     else:
         wanted = torch.where(counts > 0, (counts * fraction).round().long().clamp(min=1 if fraction > 0 else 0), 0)
-        wanted = torch.minimum(wanted, counts)
+        wanted = torch.minimum(wanted, positive if positive_only else counts)
     n = int(wanted.max()) if len(wanted) else 0
     ranked = scores.float().masked_fill(~mapped_mask, float("-inf")).sort(dim=1, descending=True, stable=True).indices[:, :n]
     valid = torch.arange(n)[None] < wanted[:, None]
