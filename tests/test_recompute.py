@@ -189,10 +189,11 @@ def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, uni
 
 
 def test_statement_takes_only_the_best_matching_lines_within_the_share(unigram):
-    """Two fact lines and filler: statement scores the asked line's tokens (and no other line's) above 0, and
+    """Two fact lines sharing a word, and filler: statement scores the asked line's tokens (and no other line's, not
+    the sibling's) above 0, and
     choose(positive_only=True) takes them and nothing else, however large the share, or fewer when the share is
     smaller than the line."""
-    document = ("# the code of amber-falcon is 73914\n# the code of quiet-river is 50218\n"
+    document = ("# the code of amber-falcon is 73914\n# the code of quiet-falcon is 50218\n"
                 "def f(x):\n    return x + 1\n")
     encoded = unigram(document, return_offsets_mapping=True)
     ids, offsets = torch.tensor(encoded.input_ids), torch.tensor(encoded.offset_mapping)

@@ -13,8 +13,7 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
   attention from the prompt breaking ties (ProphetKV's relevance to the query); ``keywords``: the same words
   alone, with no model run (the sender's attention costs a forward of the prompt over the whole cache);
-  ``statement``: only the line those words match best (and any matching at least half as well), however large the
-  share, which then only caps it; ``attention``: that attention alone (CacheClip style). All need the prompt at
+  ``statement``: only the line those words match best, however large the share, which then only caps it; ``attention``: that attention alone (CacheClip style). All need the prompt at
   transfer time, ``attention`` the sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
 """
@@ -31,8 +30,7 @@ from heterofold_hub.transfer.kvcache import LayerKV
 CHUNK = 64  # chunk-start's chunk length in receiver tokens
 DIGIT_BONUS = 20.0  # nats added to a token with a digit: numbers are what exact copying most often needs
 SPAN_BEFORE = 4  # tokens before a chosen token that share its score (the name before a value, a line's start)
-LINE_RADIUS = 12
-STATEMENT_SHARE = 0.5  # a line matching the prompt at least this share as well as the best is recomputed with it  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
+LINE_RADIUS = 12  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
 
 
 @dataclass
@@ -143,9 +141,9 @@ class Keywords(Selector):
 
 class Statement(Selector):
     """The statement the prompt asks about: the line whose tokens match the prompt's rare words best (by the sum of
-    :func:`keyword_matches` over the line), with any line that matches at least half as well, and nothing more.
-    Recomputing further lines to fill the share lowered retrieval at 2048 tokens (docs/results.md), so the share
-    only caps what this takes."""
+    :func:`keyword_matches` over the line; lines that tie with it too), and nothing more. Recomputing further lines
+    to fill the share lowered retrieval at 2048 tokens (docs/results.md): a sibling statement made native competes
+    with the asked one. So the share only caps what this takes."""
 
     name = "statement"
     needs = ("query",)
@@ -156,7 +154,7 @@ class Statement(Selector):
         per_line = torch.zeros(match.shape[0], int(lines.max()) + 1).scatter_add_(1, lines, match)
         score = per_line.gather(1, lines)  # [B, Tr]: each token scores its line's sum
         best = per_line.amax(1, keepdim=True)
-        return torch.where((score >= STATEMENT_SHARE * best) & (best > 0), score, torch.zeros_like(score))
+        return torch.where((score >= best) & (best > 0), score, torch.zeros_like(score))
 
 
 class Query(Selector):
