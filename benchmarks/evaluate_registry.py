@@ -7,6 +7,13 @@ never edits the registry by itself:
 
     python benchmarks/evaluate_registry.py score             # -> benchmarks/results/registry/<sender>__<receiver>.json
     python benchmarks/evaluate_registry.py record            # adds one fidelity evaluation per version to registry.json
+    python benchmarks/evaluate_registry.py recommend         # adds the hand-off's recommended recompute setting
+
+``recommend`` reads the committed hand-off experiments (``benchmarks/results/real-s2g-handoff*.json``): among the
+settings measured at every length, on at least ``--min-docs`` documents per cell, it takes the one recomputing
+the least that keeps at least 90% of native exact match in every cell (format x length), and records it, with
+every cell's share kept and the end-to-end speed-ups of ``real-s2g-handoff-speed``, as the adapter version's
+recommended setting. Where none qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
 prefill and no context. ``record`` refuses results from code with uncommitted changes (their commit would not
@@ -107,9 +114,83 @@ def record(args) -> None:
     print(f"recorded {added} evaluation(s) in {registry.path}")
 
 
+KEEP = 0.9  # share of native exact match a recommended setting keeps in every measured cell
+
+
+def handoff_cells(paths: list[Path], min_docs: int) -> tuple[dict, dict]:
+    """``({setting: {(format, length): row}}, {adapter source: provenance})`` over the hand-off results in ``paths``,
+    cells of fewer than ``min_docs`` documents left out."""
+    cells: dict = {}
+    made = {}
+    for path in paths:
+        entry = json.loads(path.read_text())["stages"].get("handoff")
+        if entry is None:
+            continue
+        made[path.name] = entry["provenance"]
+        result = entry["result"]
+        if result["docs"] < min_docs:
+            continue
+        for fmt, by_length in result["formats"].items():
+            for length, rows in by_length.items():
+                for name, row in rows.items():
+                    if name not in ("native", "no-context", "transfer"):
+                        cells.setdefault(name, {})[(fmt, int(length))] = row
+    return cells, made
+
+
+def recommend(args) -> None:
+    paths = sorted(args.results.glob("real-s2g-handoff*.json"))
+    speed_path = args.results / "real-s2g-handoff-speed.json"
+    cells, made = handoff_cells([p for p in paths if p != speed_path], args.min_docs)
+    speed = json.loads(speed_path.read_text())["stages"]["handoff-speed"]
+    made[speed_path.name] = speed["provenance"]
+    for name, block in made.items():
+        if not block.get("recorded") or block["git"]["commit"] is None or block["git"]["dirty"]:
+            raise SystemExit(f"{name}: measured by code with uncommitted changes (or unrecorded); run it again from "
+                             "a commit, then recommend.")
+    sources = {block["adapters"]["heterofold"]["source"] for block in made.values()}
+    if len(sources) != 1:
+        raise SystemExit(f"the hand-off results measure different adapters ({', '.join(sorted(sources))}); "
+                         "measure one version throughout.")
+    lengths = {length for rows in cells.values() for _, length in rows}
+    measured = {name: rows for name, rows in cells.items() if {length for _, length in rows} == lengths}
+    lowest = {name: min(r["kept"] for r in rows.values()) for name, rows in measured.items()}
+    for name, rows in sorted(measured.items()):
+        print(f"{name}: kept " + ", ".join(f"{fmt} {n}: {r['kept']:.2f}" for (fmt, n), r in sorted(rows.items())))
+    passing = [name for name in measured if lowest[name] >= KEEP]
+    if not passing:
+        best = max(lowest, key=lowest.get)
+        raise SystemExit(f"no setting keeps {KEEP:.0%} of native in every cell; closest: {best} (lowest "
+                         f"{lowest[best]:.2f}). Nothing recorded.")
+    chosen = min(passing, key=lambda name: max(r["recomputed_share"] for r in measured[name].values()))
+    chosen = (chosen, measured[chosen])
+    name, rows = chosen
+    lengths_timed = speed["result"]["lengths"]
+    if name not in next(iter(lengths_timed.values()))["settings"]:
+        raise SystemExit(f"{name} is not in {speed_path.name}: time it (python -m benchmarks run "
+                         "real-s2g-handoff-speed --stage handoff-speed), then recommend.")
+    results = {f"kept_{fmt}_{n}": r["kept"] for (fmt, n), r in sorted(rows.items())}
+    results |= {f"recomputed_{fmt}_{n}": r["recomputed_share"] for (fmt, n), r in sorted(rows.items())}
+    results |= {f"speedup_{n}": row["settings"][name]["speedup"] for n, row in lengths_timed.items()}
+    results |= {f"speedup_transfer_{n}": row["settings"]["transfer"]["speedup"] for n, row in lengths_timed.items()}
+    select, _, fraction = name.split("+")[0].partition("@")
+    repair = int(name.split("+L")[1]) if "+L" in name else 0
+    newest = max(made.values(), key=lambda block: block["date"])
+    repo_id, version = sources.pop().split("@")
+    registry = open_registry(args.registry)
+    data = next(json.loads(p.read_text())["stages"]["handoff"]["result"]["data"] for p in paths if p != speed_path)
+    registry.add_evaluation(repo_id=repo_id, version=version, evaluation={
+        "task": "retrieval-handoff", "data": data, "date": newest["date"], "commit": newest["git"]["commit"],
+        "command": "python benchmarks/evaluate_registry.py recommend (from " + ", ".join(sorted(made)) + ")",
+        "results": results,
+        "recommended": {"recompute": float(fraction or 0), "select": select, "repair_layers": repair}})
+    registry.save()
+    print(f"recorded {name} for {repo_id}@{version} in {registry.path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "record"))
+    parser.add_argument("step", choices=("score", "record", "recommend"))
     parser.add_argument("--registry", type=Path, default=None, help="registry.json (default: the project's)")
     parser.add_argument("--data", default=REFERENCE_SPLIT, help="held-out text the versions are scored on")
     parser.add_argument("--windows", type=int, default=48)
@@ -117,8 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continuation-tokens", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--pair", action="append", help="only SENDER->RECEIVER (repeatable)")
+    parser.add_argument("--min-docs", type=int, default=96, help="recommend: documents a cell needs to count")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
+                        help="recommend: the folder of the hand-off experiments' results")
     args = parser.parse_args(argv)
-    score(args) if args.step == "score" else record(args)
+    {"score": score, "record": record, "recommend": recommend}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "handoff"
-HARNESS = RESULTS.parent / "real-s2g-handoff.json"  # what was handoff/s2g-512.json
+HARNESS = "real-s2g-handoff*.json"  # the harness's hand-off experiments (real-s2g-handoff.json was handoff/s2g-512.json)
 
 
 def points(results: list[dict]) -> dict:
@@ -38,12 +38,19 @@ def points(results: list[dict]) -> dict:
 
 def main() -> None:
     paths = sorted(p for p in RESULTS.glob("s2g-*.json") if "screen-v1" not in p.name)
-    results = [json.loads(p.read_text()) for p in paths]  # history runs, and the harness's experiment:
-    results.append(json.loads(HARNESS.read_text())["stages"]["handoff"]["result"])
+    results = [json.loads(p.read_text()) for p in paths]  # history runs, and the harness's experiments:
+    for path in sorted(RESULTS.parent.glob(HARNESS)):
+        stages = json.loads(path.read_text())["stages"]
+        if "handoff" in stages:
+            results.append(stages["handoff"]["result"])
     panels = points(results)
     keys = sorted(panels)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.5), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    columns = min(len(keys), 3)
+    rows = -(-len(keys) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
         for label, xy in sorted(panels[key].items()):
             xy.sort()
             ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label)

@@ -102,3 +102,46 @@ def test_show_lists_the_evaluations_beside_the_published_metrics(registry_copy):
     assert shown.returncode == 0, shown.stderr
     assert "evaluations added after publishing" in shown.stdout
     assert "retrieval-handoff" in shown.stdout and "recompute 0.1 by tail + first 1 layers" in shown.stdout
+
+
+def _handoff_file(path, stage: str, result: dict, *, dirty: bool = False):
+    """A hand-off experiment's results file, as the harness writes it (one stage, with its provenance)."""
+    block = {"recorded": True, "date": "2026-12-02T16:00:00+00:00", "command": "python -m benchmarks run x",
+             "git": {"commit": "ab" * 20, "dirty": dirty},
+             "adapters": {"heterofold": {"source": f"{REPO}@v1.1.0"}}}
+    path.write_text(json.dumps({"experiment": {}, "stages": {stage: {"provenance": block, "result": result}}}))
+
+
+def _cells(length: int, kept: dict[str, tuple[float, float]]) -> dict:
+    """A hand-off result at one length: per setting (share kept, share recomputed), 96 documents."""
+    rows = {name: {"kept": k, "recomputed_share": r} for name, (k, r) in kept.items()}
+    rows |= {"native": {"kept": 1.0, "recomputed_share": 1.0}, "transfer": {"kept": 0.0, "recomputed_share": 0.0}}
+    return {"docs": 96, "data": "bundled:unseen", "formats": {"code": {str(length): rows}}}
+
+
+def test_recommend_records_the_least_recompute_that_keeps_90_percent_everywhere(registry_copy, tmp_path):
+    """Of the settings measured at every length, the one recomputing least among those keeping >= 90% of native in
+    every cell: not the cheapest overall (it fails a cell), not one measured at one length only."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _handoff_file(results / "real-s2g-handoff.json", "handoff", _cells(512, {
+        "tail@0.01": (0.95, 0.01), "tail@0.05": (0.92, 0.05), "tail@0.2": (0.97, 0.2), "oracle": (1.0, 0.005)}))
+    _handoff_file(results / "real-s2g-handoff-2048.json", "handoff", _cells(2048, {
+        "tail@0.01": (0.6, 0.01), "tail@0.05": (0.91, 0.05), "tail@0.2": (0.99, 0.2)}))
+    timed = {"settings": {"transfer": {"speedup": 40.0}, "tail@0.05": {"speedup": 9.5}}}
+    _handoff_file(results / "real-s2g-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
+    entry = next(e for e in Registry.load(registry_copy).adapters if e.repo_id == REPO)
+    version = next(v for v in entry.versions if v.version == "v1.1.0")
+    evaluation = version.evaluations[-1]
+    assert evaluation.recommended == {"recompute": 0.05, "select": "tail", "repair_layers": 0}
+    assert evaluation.results["kept_code_2048"] == 0.91 and evaluation.results["speedup_2047"] == 9.5
+    _handoff_file(results / "real-s2g-handoff-2048.json", "handoff", _cells(2048, {"tail@0.05": (0.91, 0.05)}),
+                  dirty=True)
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
