@@ -29,8 +29,9 @@ DIRECTIONS = {
         "adapter": "heterofold/smollm2-135m-to-gemma3-270m v1.3.0",
         "fidelity": {512: (("real-s2g", "train", "heterofold"), ("real-s2g", "train", "kv-ridge")),
                      2048: (("real-s2g", "score", "2048"), ("real-s2g", "score", "2048"))},
-        "retrieval": (("real-s2g-handoff", "handoff"), "code", "query@0.05"),
-        "speed": (("real-s2g-handoff-speed", "handoff-speed"), "query@0.05"),
+        "retrieval": [(("real-s2g-handoff", "handoff"), "code", "statement@0.05"),
+                      (("real-s2g-handoff-2048-statement", "handoff"), "code", "statement@0.05")],
+        "speed": (("real-s2g-handoff-speed", "handoff-speed"), "statement@0.05"),
         "both_baselines": ("real-bench", "bench"),
     },
     "g2s": {
@@ -98,8 +99,7 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
             f"| context benefit kept, unseen code, {length} tokens ({own['windows']} windows) | "
             f"**{r['recovered']:.3f} ± {r['recovered_se']:.3f}** (KL {r['kl']:.3f}; KV Ridge "
             f"{b['recovered']:.3f} ± {b['recovered_se']:.3f}) | {_links((own_file, baseline_file), prefix)} |")
-    if spec.get("retrieval"):
-        file, fmt, setting = spec["retrieval"]
+    for file, fmt, setting in spec.get("retrieval") or []:
         result = _load(file)
         length = str(result["lengths"][0])
         rows = result["formats"][fmt][length]
@@ -147,11 +147,11 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
 def _limits(direction: str) -> str:
     spec = DIRECTIONS[direction]
     if direction == "s2g":
-        file, fmt, _ = spec["retrieval"]
+        file, fmt, _ = spec["retrieval"][0]
         rows = _load(file)["formats"][fmt][str(_load(file)["lengths"][0])]
         return (f"a pure transfer keeps the gist, not exact facts: {rows['transfer']['accuracy']:.2f} exact match where "
-                f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter; "
-                "valid only for these exact weights and tokenizers")
+                f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter "
+                "(`statement` needs the question at transfer time); valid only for these exact weights and tokenizers")
     prose = _load(spec["prose"])
     r = _row(prose, "heterofold")
     return (f"weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} on {prose['windows']} windows of package "
@@ -160,7 +160,7 @@ def _limits(direction: str) -> str:
 
 def _limits_sources(direction: str, prefix: str) -> str:
     spec = DIRECTIONS[direction]
-    return _link(spec["retrieval"][0] if direction == "s2g" else spec["prose"], prefix)
+    return _link(spec["retrieval"][0][0] if direction == "s2g" else spec["prose"], prefix)
 
 
 def adapters_markdown(root: Path = ROOT) -> str:
