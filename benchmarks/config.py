@@ -106,6 +106,7 @@ class Bench:
     recompute: float = 0.0
     select: str = "content"
     query: str | None = None
+    adapters: list[str] = field(default_factory=list)  # packages timed beside it (repo@version), one direction only
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,12 @@ def parse(path: Path, data: dict) -> Experiment:
             raise _problem(path, "score", "scores nothing: give adapters or methods")
     if sections.get("retrieval"):
         _check_adapters(path, "retrieval.adapters", sections["retrieval"].adapters, train)
+    bench = sections.get("bench")
+    if bench and bench.adapters:
+        _check_adapters(path, "bench.adapters", bench.adapters, train)
+        if bench.both_ways:
+            raise _problem(path, "bench.adapters", "a package maps one direction: drop both_ways, or time the other "
+                                                   "direction in its own experiment")
     for key in ("handoff", "handoff_speed", "bench"):
         ref = getattr(sections.get(key), "adapter", None)
         if ref is not None and (ref.startswith("train:") or not ADAPTER_REF.match(ref)):

@@ -103,7 +103,7 @@ def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     resolves for the pair; the config's ``adapter`` says which that must be, checked before timing, so a newer
     registered version is never timed under this experiment's name. Each direction's adapters (recorded by bench
     before timing) move into the one block."""
-    from heterofold_hub.commands.bench import BenchArgs, run_bench_command
+    from heterofold_hub.commands.bench import BenchArgs, package_name, run_bench_command
     from heterofold_hub.hub.resolve import resolve_adapter
 
     cfg = experiment.bench
@@ -114,14 +114,19 @@ def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path)
             raise ConfigError(f"{experiment.path}: bench.adapter: the registry resolves {found.repo_id}@{found.version} "
                               f"for this pair, not {cfg.adapter}; hf-fold bench times what it resolves. Set "
                               "bench.adapter to it (in a new experiment if these figures must stay)")
+    folders, records = resolve_refs(experiment, cfg.adapters, sender, receiver)
     args = BenchArgs(sender=experiment.sender, receiver=experiment.receiver, contexts=list(cfg.contexts),
                      repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, device=cfg.device, recompute=cfg.recompute,
-                     select=cfg.select, query=cfg.query, both_ways=cfg.both_ways, plot_path=plot)
+                     select=cfg.select, query=cfg.query, both_ways=cfg.both_ways, plot_path=plot, adapters=folders)
     directions = run_bench_command(args, console)
     for direction in directions:
         made = direction.pop("provenance")
         block["adapters"][f"{direction['sender']} -> {direction['receiver']}"] = made["adapters"]
-    return block, {"directions": directions}
+    result = {"directions": directions}
+    if records:  # each package row (named by its folder) as the ref the config gave, with its weights
+        result["packages"] = {package_name(folder): {"ref": ref, **records[ref]}
+                              for folder, ref in zip(folders, cfg.adapters)}
+    return block, result
 
 
 def train(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:

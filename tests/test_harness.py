@@ -229,3 +229,33 @@ def test_bench_refuses_to_time_another_adapter_than_its_config_names(tmp_path):
                   "--stage", "bench")
     assert run.returncode == 2 and "bench.adapter: the registry resolves" in run.stderr, run.stderr
     assert "timing" not in run.stderr and not (tmp_path / "results" / "old-bench.json").exists()
+
+
+def test_bench_times_the_packages_its_config_names_beside_the_resolved_adapter(tmp_path):
+    """[bench] adapters: each package a row of its own (named by its folder), recorded as the config's ref."""
+    write_config(tmp_path, "beside", HEAD + f"""
+        [bench]
+        adapter = "{TINY_ADAPTER}"
+        adapters = ["heterofold/tiny-llama-code-to-tiny-qwen-code@v1.0.0"]
+        contexts = [64]
+        repeats = 1
+        """)
+    run = harness("--experiments", str(tmp_path), "--results", str(tmp_path / "results"), "run", "beside",
+                  "--stage", "bench")
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "results" / "beside.json").read_text())["stages"]["bench"]["result"]
+    (row,) = result["directions"][0]["rows"]
+    assert {"heterofold", "v1.0.0"} <= row["transfer_s"].keys()
+    assert row["transfer_s"]["v1.0.0"] > 0
+    assert result["packages"]["v1.0.0"]["ref"] == "heterofold/tiny-llama-code-to-tiny-qwen-code@v1.0.0"
+    assert result["packages"]["v1.0.0"]["weights_sha256"].startswith("sha256:")
+
+
+def test_bench_packages_need_one_direction(tmp_path):
+    write_config(tmp_path, "both", HEAD + f"""
+        [bench]
+        adapters = ["{TINY_ADAPTER}"]
+        both_ways = true
+        """)
+    with pytest.raises(ConfigError, match="bench.adapters.*one direction"):
+        config.load(tmp_path / "both.toml")
