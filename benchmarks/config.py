@@ -10,6 +10,10 @@ A config names the pair and, per stage it has, what that stage runs::
     data = "bundled:wide"
     windows = 320
 
+    [compress.rank64]       # one package per table, a registered adapter factored by hf-fold compress
+    adapter = "heterofold/gemma3-270m-to-smollm2-135m@v1.1.0"
+    rank = 64
+
     [score]                 # fidelity (hf-fold eval), one run per context length
     adapters = ["heterofold/smollm2-135m-to-gemma3-270m@v1.3.0", "train:kv-ridge"]
     contexts = [512, 2048]
@@ -22,7 +26,8 @@ A config names the pair and, per stage it has, what that stage runs::
     [publish]               # what `python -m benchmarks publish` pushes: repo, version, package (a train table)
 
 An adapter is ``repo@version`` (a registered version) or ``train:NAME`` (the package this experiment's
-``[train.NAME]`` writes under ``runs/experiments/<experiment>/NAME``; ``train:EXPERIMENT/NAME`` another's). Every key is checked: a bad one is refused
+``[train.NAME]`` writes under ``runs/experiments/<experiment>/NAME``; ``train:EXPERIMENT/NAME`` another's) or
+``compress:NAME`` (the package ``[compress.NAME]`` writes there). Every key is checked: a bad one is refused
 with the file, the key, the valid choices and the fix.
 """
 
@@ -35,7 +40,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
-STAGES = ("train", "score", "retrieval", "handoff", "handoff-speed", "bench")
+STAGES = ("train", "compress", "score", "retrieval", "handoff", "handoff-speed", "bench")
 # train stage packages, relative to the repository root (ignored by git); tests point it elsewhere
 RUNS = Path(os.environ.get("HF_FOLD_EXPERIMENT_RUNS", Path("runs") / "experiments"))
 
@@ -123,6 +128,7 @@ class Experiment:
     sender: str
     receiver: str
     train: dict[str, dict] = field(default_factory=dict)  # NAME -> hf-fold train arguments (TrainArgs' fields)
+    compress: dict[str, dict] = field(default_factory=dict)  # NAME -> hf-fold compress arguments (CompressArgs')
     score: Score | None = None
     retrieval: Retrieval | None = None
     handoff: Handoff | None = None
@@ -141,7 +147,7 @@ class Experiment:
         return RUNS / (other or self.name) / name
 
 
-ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
+ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|compress:[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list[str]": list, "list[int]": list,
          "str | None": (str, type(None))}
 
@@ -170,10 +176,16 @@ def _section(cls, table: dict, path: Path, prefix: str):
     return cls(**table)
 
 
-def _check_adapters(path: Path, key: str, refs: list[str], train: dict) -> None:
+def _check_adapters(path: Path, key: str, refs: list[str], train: dict, compress: dict | None = None) -> None:
     for ref in refs:
         if not ADAPTER_REF.match(ref):
-            raise _problem(path, key, f"{ref!r} is neither repo@version (heterofold/a-to-b@v1.0.0) nor train:NAME")
+            raise _problem(path, key, f"{ref!r} is neither repo@version (heterofold/a-to-b@v1.0.0), train:NAME nor "
+                                      "compress:NAME")
+        if ref.startswith("compress:"):
+            if ref[9:] not in (compress or {}):
+                raise _problem(path, key, f"{ref!r} names no [compress.{ref[9:]}] table; the config compresses "
+                                          f"{', '.join(compress or {}) or 'nothing'}")
+            continue
         if not ref.startswith("train:"):
             continue
         other, _, name = ref[6:].rpartition("/")  # train:EXPERIMENT/NAME: another experiment's package
@@ -185,6 +197,34 @@ def _check_adapters(path: Path, key: str, refs: list[str], train: dict) -> None:
         elif name not in train:
             raise _problem(path, key, f"{ref!r} names no [train.{name}] table; the config trains "
                                       f"{', '.join(train) or 'nothing'}")
+
+
+def _check_compress(path: Path, compress: dict, train: dict) -> None:
+    """Each ``[compress.NAME]``: hf-fold compress arguments, a parent that is registered or trained here, and a
+    name no train table takes (both write ``runs/experiments/<experiment>/NAME``)."""
+    from heterofold_hub.commands.compress import CompressArgs
+
+    known = {f.name: f for f in fields(CompressArgs)}
+    settable = set(known) - {"out", "sender", "receiver", "registry"}
+    for name, table in compress.items():
+        if not isinstance(table, dict):
+            raise _problem(path, f"compress.{name}", "must be a table [compress.NAME] of hf-fold compress arguments")
+        if name in train:
+            raise _problem(path, f"compress.{name}", f"[train.{name}] writes the same package folder; rename one")
+        for key, value in table.items():
+            if key not in settable:
+                raise _problem(path, f"compress.{name}.{key}", f"not an hf-fold compress argument; valid: "
+                                                               f"{', '.join(sorted(settable))}")
+            kind = TYPES[known[key].type]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise _problem(path, f"compress.{name}.{key}", f"{value!r} is not of type {known[key].type}")
+        for key in ("adapter", "rank"):
+            if key not in table:
+                raise _problem(path, f"compress.{name}.{key}", "required and missing")
+        if table["adapter"].startswith("compress:"):
+            raise _problem(path, f"compress.{name}.adapter", "a low-rank package cannot be factored again; name its "
+                                                             "parent (repo@version or train:NAME)")
+        _check_adapters(path, f"compress.{name}.adapter", [table["adapter"]], train)
 
 
 def parse(path: Path, data: dict) -> Experiment:
@@ -208,6 +248,10 @@ def parse(path: Path, data: dict) -> Experiment:
             if key not in trainable:
                 raise _problem(path, f"train.{name}.{key}", f"not an hf-fold train argument; valid: "
                                                             f"{', '.join(sorted(trainable))}")
+    compress = data.get("compress", {})
+    if not isinstance(compress, dict):
+        raise _problem(path, "compress", "must be tables [compress.NAME] of hf-fold compress arguments")
+    _check_compress(path, compress, train)
     sections = {}
     for key, cls in (("score", Score), ("retrieval", Retrieval), ("handoff", Handoff), ("handoff-speed", HandoffSpeed),
                      ("bench", Bench), ("publish", Publish)):
@@ -219,20 +263,20 @@ def parse(path: Path, data: dict) -> Experiment:
     if score:
         if len(score.windows) != len(score.contexts):
             raise _problem(path, "score.windows", f"{score.windows} must give one count per context {score.contexts}")
-        _check_adapters(path, "score.adapters", score.adapters, train)
+        _check_adapters(path, "score.adapters", score.adapters, train, compress)
         if not score.adapters and not score.methods:
             raise _problem(path, "score", "scores nothing: give adapters or methods")
     if sections.get("retrieval"):
-        _check_adapters(path, "retrieval.adapters", sections["retrieval"].adapters, train)
+        _check_adapters(path, "retrieval.adapters", sections["retrieval"].adapters, train, compress)
     bench = sections.get("bench")
     if bench and bench.adapters:
-        _check_adapters(path, "bench.adapters", bench.adapters, train)
+        _check_adapters(path, "bench.adapters", bench.adapters, train, compress)
         if bench.both_ways:
             raise _problem(path, "bench.adapters", "a package maps one direction: drop both_ways, or time the other "
                                                    "direction in its own experiment")
     for key in ("handoff", "handoff_speed", "bench"):
         ref = getattr(sections.get(key), "adapter", None)
-        if ref is not None and (ref.startswith("train:") or not ADAPTER_REF.match(ref)):
+        if ref is not None and (ref.startswith(("train:", "compress:")) or not ADAPTER_REF.match(ref)):
             raise _problem(path, f"{key.replace('_', '-')}.adapter", f"{ref!r} must be a registered repo@version "
                                                                      "(heterofold/a-to-b@v1.0.0)")
     publish = sections.get("publish")
@@ -240,7 +284,7 @@ def parse(path: Path, data: dict) -> Experiment:
         raise _problem(path, "publish.package", f"{publish.package!r} is not a [train.NAME] of this experiment "
                                                 f"(it trains {', '.join(train) or 'nothing'})")
     experiment = Experiment(name=path.stem, description=data["description"], sender=data["sender"],
-                            receiver=data["receiver"], train=train, path=path, **sections)
+                            receiver=data["receiver"], train=train, compress=compress, path=path, **sections)
     if not experiment.stages:
         raise _problem(path, "stages", f"none; give at least one of {', '.join(STAGES)} as a table")
     return experiment

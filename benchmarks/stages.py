@@ -1,5 +1,5 @@
 """The stages an experiment can run, each through the function its ``hf-fold`` command runs (``run_train``,
-``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure. Each returns
+``run_compress``, ``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure. Each returns
 ``(provenance, result)``; the provenance block is started before any model is loaded. ``plot``: where a stage
 that draws one (retrieval, bench) writes its plot, ``NAME-STAGE.png`` beside the results file."""
 
@@ -23,15 +23,16 @@ def _sides(experiment: Experiment):
 
 
 def resolve_refs(experiment: Experiment, refs: list[str], sender, receiver) -> tuple[list[Path], dict]:
-    """``(package folders, {ref: adapter record})``: each ``repo@version`` or ``train:NAME`` resolved and checked
-    against the pair, with its source and weights sha256 recorded."""
+    """``(package folders, {ref: adapter record})``: each ``repo@version``, ``train:NAME`` or ``compress:NAME``
+    resolved and checked against the pair, with its source and weights sha256 recorded."""
     from heterofold_hub.evaluation.provenance import adapter_record
     from heterofold_hub.hub.resolve import resolve_adapter
 
     folders, records = [], {}
     for ref in refs:
-        if ref.startswith("train:"):
-            found = resolve_adapter(sender, receiver, adapter=ROOT / experiment.package(ref[6:]))
+        made_here = ref.partition(":")[2] if ref.startswith(("train:", "compress:")) else None
+        if made_here is not None:
+            found = resolve_adapter(sender, receiver, adapter=ROOT / experiment.package(made_here))
         else:
             repo_id, version = ref.split("@")
             found = resolve_adapter(sender, receiver, adapter=repo_id, version=version)
@@ -148,6 +149,30 @@ def train(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     return block, result
 
 
+def compress(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Each ``[compress.NAME]`` package through hf-fold compress into ``runs/experiments/<experiment>/NAME``, its
+    parent (the table's ``adapter`` ref) recorded: ``{NAME: {"package", "weights_sha256", "parent", "rank",
+    "calibration_error"}}``."""
+    import json
+
+    from heterofold_hub.adapter.config import CONFIG_NAME
+    from heterofold_hub.commands.compress import CompressArgs, run_compress
+
+    block, sender, receiver = _begin(experiment, argv)
+    result = {}
+    for name, table in experiment.compress.items():
+        (parent,), records = resolve_refs(experiment, [table["adapter"]], sender, receiver)
+        block["adapters"].update(records)
+        out = ROOT / experiment.package(name)
+        run_compress(CompressArgs(**{**table, "adapter": str(parent)}, out=out, sender=experiment.sender,
+                                  receiver=experiment.receiver), console)
+        config = json.loads((out / CONFIG_NAME).read_text())
+        result[name] = {"package": str(experiment.package(name)), "weights_sha256": config.get("weights_sha256"),
+                        "parent": table["adapter"], "rank": table["rank"],
+                        "calibration_error": config.get("extra", {}).get("calibration_error")}
+    return block, result
+
+
 def _model(experiment: Experiment, ref: str):
     """The hand-off model with the adapter ``ref`` names (``repo@version``), the sender loaded too."""
     from heterofold_hub.modeling import HeteroFoldModel
@@ -188,5 +213,5 @@ def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plo
     return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats)
 
 
-RUNNERS = {"train": train, "score": score, "retrieval": retrieval, "handoff": handoff, "handoff-speed": handoff_speed,
+RUNNERS = {"train": train, "compress": compress, "score": score, "retrieval": retrieval, "handoff": handoff, "handoff-speed": handoff_speed,
            "bench": bench}

@@ -38,6 +38,11 @@ HEAD = f'description = "d"\nsender = "{TINY[0]}"\nreceiver = "{TINY[1]}"\n'
     ('[score]\nadapters = ["heterofold/x"]\n', ["score.adapters", "'heterofold/x'", "repo@version"]),
     ('[score]\nadapters = ["a/b@v1.0.0"]\ncontexts = [512, 2048]\nwindows = [48]\n', ["score.windows", "one count per context"]),
     ('[score]\nadapters = ["train:kv"]\n', ["score.adapters", "train:kv", "no [train.kv]"]),
+    ('[score]\nadapters = ["compress:low"]\n', ["score.adapters", "compress:low", "no [compress.low]"]),
+    ('[compress.low]\nadapter = "a/b@v1.0.0"\nrnak = 4\n', ["compress.low.rnak", "not an hf-fold compress argument", "rank"]),
+    ('[compress.low]\nadapter = "a/b@v1.0.0"\n', ["compress.low.rank", "required"]),
+    ('[compress.low]\nadapter = "a/b@v1.0.0"\nrank = "4"\n', ["compress.low.rank", "not of type int"]),
+    ('[compress.low]\nadapter = "train:kv"\nrank = 4\n', ["compress.low.adapter", "no [train.kv]"]),
     ('[train.kv]\nmethod = "kv-ridge"\nwindos = 3\n', ["train.kv.windos", "not an hf-fold train argument", "windows"]),
     ('[score]\nadapters = ["a/b@v1.0.0"]\nwindows = ["48"]\n', ["score.windows", "list of int"]),
     ('[bench]\nrepeats = "3"\n', ["bench.repeats", "not of type int"]),
@@ -106,8 +111,15 @@ def tiny_run(tmp_path_factory):
         context_tokens = 256
         batch_size = 4
 
+        [compress.low]
+        adapter = "{TINY_ADAPTER}"
+        rank = 4
+        calib_data = "{data}"
+        calib_windows = 4
+        context_tokens = 256
+
         [score]
-        adapters = ["{TINY_ADAPTER}", "train:kv"]
+        adapters = ["{TINY_ADAPTER}", "train:kv", "compress:low"]
         contexts = [256]
         windows = [6]
         batch_size = 6
@@ -119,7 +131,7 @@ def tiny_run(tmp_path_factory):
         """)
     env = {"HF_FOLD_EXPERIMENT_RUNS": str(runs)}
     base = ["--experiments", str(experiments), "--results", str(results)]
-    for stage in ("train", "score"):
+    for stage in ("train", "compress", "score"):
         run = harness(*base, "run", "tiny-check", "--stage", stage, env=env)
         assert run.returncode == 0, run.stderr
     return {"root": root, "base": base, "env": env, "runs": runs,
@@ -128,7 +140,7 @@ def tiny_run(tmp_path_factory):
 
 def test_the_score_stage_records_one_provenance_block_of_real_values(tiny_run):
     written = tiny_run["written"]
-    assert written["experiment"] == "tiny-check" and list(written["stages"]) == ["train", "score"]
+    assert written["experiment"] == "tiny-check" and list(written["stages"]) == ["train", "compress", "score"]
     block = written["stages"]["score"]["provenance"]
     assert block["recorded"] is True
     assert block["git"]["commit"] == git("rev-parse", "HEAD")
@@ -177,6 +189,21 @@ def test_a_trained_package_is_scored_by_name(tiny_run):
     record = written["stages"]["score"]["provenance"]["adapters"]["train:kv"]
     assert record["source"] == str(runs / "tiny-check" / "kv") and record["weights_sha256"] == trained["weights_sha256"]
     assert written["stages"]["score"]["result"]["256"]["adapters"]["kv-ridge"] == "train:kv"
+
+
+def test_a_compressed_package_records_its_parent_and_is_scored_by_name(tiny_run):
+    written, runs = tiny_run["written"], tiny_run["runs"]
+    made = written["stages"]["compress"]["result"]["low"]
+    package = json.loads((runs / "tiny-check" / "low" / "adapter_config.json").read_text())
+    assert package["method"] == "low-rank" and made["rank"] == 4 and made["parent"] == TINY_ADAPTER
+    assert made["weights_sha256"] == package["weights_sha256"]
+    assert written["stages"]["compress"]["provenance"]["adapters"][TINY_ADAPTER]["weights_sha256"].startswith("sha256:")
+    record = written["stages"]["score"]["provenance"]["adapters"]["compress:low"]
+    assert record["weights_sha256"] == made["weights_sha256"]
+    scored = written["stages"]["score"]["result"]["256"]
+    assert "compress:low" in scored["adapters"].values()
+    low_row = next(row for row, ref in scored["adapters"].items() if ref == "compress:low")
+    assert math.isfinite(scored["methods"][low_row]["recovered"])
 
 
 def test_publish_is_its_own_step(tiny_run, tmp_path):
