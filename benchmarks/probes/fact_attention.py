@@ -13,7 +13,6 @@ heads and documents.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from heterofold_hub.data.texts import read_texts  # noqa: E402
 from heterofold_hub.evaluation.handoff import make_handoff_prompts  # noqa: E402
 from heterofold_hub.evaluation.retrieval import exact_match, filler_texts  # noqa: E402
+from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers  # noqa: E402
 from heterofold_hub.transfer.pipeline import TransferResult, native_prefill  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
         cells = " ".join(f"{v:.2f}{'*' if t == 'full_attention' else ''}" for v, t in zip(fact, layer_types))
         print(f"{name:20} {row['hits'] / args.docs:.2f}  {cells}")
     out = ROOT / "benchmarks" / "results" / "handoff" / f"probe-fact-attention-{args.length}.json"
-    out.write_text(json.dumps(result, indent=1))
+    write_json_atomic(out, result)
     print(f"wrote {out}")
 
 
