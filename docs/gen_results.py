@@ -79,6 +79,22 @@ def real_speed_markdown(s2g=("real-bench-long-s2g", "bench"), g2s=("real-bench-l
     return "\n".join(lines)
 
 
+def low_rank_speed_markdown(file=("real-g2s-low-rank", "bench"), package="rank64") -> str:
+    """Per context length: the full map (the registry's adapter) and its rank-``package`` factoring timed side by
+    side in one run, end to end (warm plan + map) and map alone, against the receiver's prefill."""
+    result = _load(file)
+    lines = ["| receiver tokens | SmolLM2 prefill | plan (warm) | map, v1.1.0 | map, rank 64 | end to end, v1.1.0 | "
+             "end to end, rank 64 | map only, rank 64 | peak, rank 64 (receiver layers) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in result["directions"][0]["rows"]:
+        t, speedup = r["transfer_s"], r["speedup"]
+        lines.append(f"| {r['context_tokens']} | {r['prefill_s']:.2f} s | {r['plan_s'] * 1e3:.1f} ms | "
+                     f"{t['heterofold'] * 1e3:.0f} ms | {t[package] * 1e3:.0f} ms | "
+                     f"{speedup['end_to_end']['heterofold']:.1f}x | **{speedup['end_to_end'][package]:.1f}x** | "
+                     f"{speedup['map_only'][package]:.1f}x | {r['peak_extra_bytes'][package] / r['layer_bytes']:.2f} |")
+    return "\n".join(lines)
+
+
 def bench_markdown(file=("tiny-bench", "bench")) -> str:
     """The tiny pair's bench table (``python -m benchmarks run tiny-bench --stage bench``), in milliseconds."""
     result = _load(file)
@@ -116,7 +132,8 @@ def leg_error_markdown(rows=LEG_ERROR_ROWS) -> str:
 
 
 def blocks() -> dict[str, str]:
-    return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(), "bench-tiny": bench_markdown(),
+    return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(),
+            "speed-low-rank": low_rank_speed_markdown(), "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown()}
 
 
