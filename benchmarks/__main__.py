@@ -9,6 +9,7 @@ from pathlib import Path
 
 from benchmarks import config
 from benchmarks.config import STAGES, ConfigError
+from heterofold_hub.errors import HeteroFoldError
 
 
 def _list(args) -> int:
@@ -94,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             return _publish(args)
         return _report(args)
     except ConfigError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    except HeteroFoldError as bad:  # what a stage's command refuses (a used --out folder, a bad pair): its message
         print(f"error: {bad}", file=sys.stderr)
         return 2
 

@@ -206,6 +206,13 @@ def test_a_compressed_package_records_its_parent_and_is_scored_by_name(tiny_run)
     assert math.isfinite(scored["methods"][low_row]["recovered"])
 
 
+def test_rerunning_compress_into_its_used_folder_is_refused_with_exit_2(tiny_run):
+    """A written package is never overwritten: the stage's command refuses, and the runner says so in one line."""
+    run = harness(*tiny_run["base"], "run", "tiny-check", "--stage", "compress", env=tiny_run["env"])
+    assert run.returncode == 2 and "already exists and is not empty" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_publish_is_its_own_step(tiny_run, tmp_path):
     """`publish` pushes the [publish] package into the hub and registry given (a scratch one here)."""
     registry = tmp_path / "registry.json"
