@@ -79,19 +79,28 @@ def real_speed_markdown(s2g=("real-bench-long-s2g", "bench"), g2s=("real-bench-l
     return "\n".join(lines)
 
 
-def low_rank_speed_markdown(file=("real-g2s-low-rank", "bench"), package="rank64") -> str:
-    """Per context length: the full map (the registry's adapter) and its rank-``package`` factoring timed side by
-    side in one run, end to end (warm plan + map) and map alone, against the receiver's prefill."""
+def low_rank_speed_markdown(file=("real-g2s-low-rank", "bench"), package="rank64", adapter="v1.1.0",
+                            receiver="SmolLM2") -> str:
+    """Per context length: the full map (the registry's ``adapter``) and its rank-``package`` factoring timed side by
+    side in one run, end to end (warm plan + map) and map alone, against the receiver's prefill (and llama.cpp's,
+    when the run timed it)."""
     result = _load(file)
-    lines = ["| receiver tokens | SmolLM2 prefill | plan (warm) | map, v1.1.0 | map, rank 64 | end to end, v1.1.0 | "
-             "end to end, rank 64 | map only, rank 64 | peak, rank 64 (receiver layers) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in result["directions"][0]["rows"]:
+    rows = result["directions"][0]["rows"]
+    llama = all(r.get("llamacpp_prefill_s") for r in rows)
+    head = (f"| receiver tokens | {receiver} prefill | plan (warm) | map, {adapter} | map, rank 64 | end to end, {adapter} "
+            "| end to end, rank 64 | map only, rank 64 |" + (" llama.cpp prefill | vs llama.cpp, rank 64 |" if llama else "")
+            + " peak, rank 64 (receiver layers) |")
+    lines = [head, "|" + " ---: |" * (head.count("|") - 1)]
+    for r in rows:
         t, speedup = r["transfer_s"], r["speedup"]
-        lines.append(f"| {r['context_tokens']} | {r['prefill_s']:.2f} s | {r['plan_s'] * 1e3:.1f} ms | "
-                     f"{t['heterofold'] * 1e3:.0f} ms | {t[package] * 1e3:.0f} ms | "
-                     f"{speedup['end_to_end']['heterofold']:.1f}x | **{speedup['end_to_end'][package]:.1f}x** | "
-                     f"{speedup['map_only'][package]:.1f}x | {r['peak_extra_bytes'][package] / r['layer_bytes']:.2f} |")
+        cells = [str(r["context_tokens"]), f"{r['prefill_s']:.2f} s", f"{r['plan_s'] * 1e3:.1f} ms",
+                 f"{t['heterofold'] * 1e3:.0f} ms", f"{t[package] * 1e3:.0f} ms",
+                 f"{speedup['end_to_end']['heterofold']:.1f}x", f"**{speedup['end_to_end'][package]:.1f}x**",
+                 f"{speedup['map_only'][package]:.1f}x"]
+        if llama:
+            cells += [f"{r['llamacpp_prefill_s']:.2f} s", f"{speedup['vs_llamacpp'][package]:.1f}x"]
+        cells.append(f"{r['peak_extra_bytes'][package] / r['layer_bytes']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -133,7 +142,10 @@ def leg_error_markdown(rows=LEG_ERROR_ROWS) -> str:
 
 def blocks() -> dict[str, str]:
     return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(),
-            "speed-low-rank": low_rank_speed_markdown(), "bench-tiny": bench_markdown(),
+            "speed-low-rank": low_rank_speed_markdown(),
+            "speed-low-rank-s2g": low_rank_speed_markdown(("real-s2g-low-rank", "bench"), adapter="v1.3.0",
+                                                          receiver="Gemma 3"),
+            "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown()}
 
 
