@@ -1,6 +1,6 @@
 """The stages an experiment can run, each through the function its ``hf-fold`` command runs (``run_train``,
-``run_compress``, ``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure. Each returns
-``(provenance, result)``; the provenance block is started before any model is loaded. ``plot``: where a stage
+``run_compress``, ``run_eval``, ``run_retrieval``, ``run_bench_command``), so a harness figure is a CLI figure.
+Each returns ``(provenance, result)``; the provenance block is started before any model is loaded. ``plot``: where a stage
 that draws one (retrieval, bench) writes its plot, ``NAME-STAGE.png`` beside the results file."""
 
 from __future__ import annotations
@@ -213,5 +213,5 @@ def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plo
     return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats)
 
 
-RUNNERS = {"train": train, "compress": compress, "score": score, "retrieval": retrieval, "handoff": handoff, "handoff-speed": handoff_speed,
-           "bench": bench}
+RUNNERS = {"train": train, "compress": compress, "score": score, "retrieval": retrieval, "handoff": handoff,
+           "handoff-speed": handoff_speed, "bench": bench}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_tables import _load  # noqa: E402
+from gen_tables import _load, stage  # noqa: E402
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
 # gen_tables.DIRECTIONS: (experiment, stage), or a history run's file under benchmarks/results/.
@@ -84,12 +84,12 @@ def low_rank_speed_markdown(file=("real-g2s-low-rank", "bench"), package="rank64
     """Per context length: the full map (the registry's ``adapter``) and its rank-``package`` factoring timed side by
     side in one run, end to end (warm plan + map) and map alone, against the receiver's prefill (and llama.cpp's,
     when the run timed it)."""
-    result = _load(file)
-    rows = result["directions"][0]["rows"]
+    rows = _load(file)["directions"][0]["rows"]
+    low = f"rank {stage((file[0], 'compress'))['result'][package]['rank']}"  # as the experiment's compress stage made it
     llama = all(r.get("llamacpp_prefill_s") for r in rows)
-    head = (f"| receiver tokens | {receiver} prefill | plan (warm) | map, {adapter} | map, rank 64 | end to end, {adapter} "
-            "| end to end, rank 64 | map only, rank 64 |" + (" llama.cpp prefill | vs llama.cpp, rank 64 |" if llama else "")
-            + " peak, rank 64 (receiver layers) |")
+    head = (f"| receiver tokens | {receiver} prefill | plan (warm) | map, {adapter} | map, {low} | end to end, {adapter} "
+            f"| end to end, {low} | map only, {low} |" + (f" llama.cpp prefill | vs llama.cpp, {low} |" if llama else "")
+            + f" peak, {low} (receiver layers) |")
     lines = [head, "|" + " ---: |" * (head.count("|") - 1)]
     for r in rows:
         t, speedup = r["transfer_s"], r["speedup"]
