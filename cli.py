@@ -324,10 +324,14 @@ def compress_command(
                                    "the evaluation text, bundled:unseen)."),
     calib_windows: int = typer.Option(CompressArgs.calib_windows, help="Calibration windows."),
     context_tokens: int = typer.Option(CompressArgs.context_tokens, help="Receiver tokens of context per window."),
+    heldout: str = typer.Option(CompressArgs.heldout, help="Held-out text the package is scored on (metrics.json)."),
+    eval_windows: int = typer.Option(CompressArgs.eval_windows, help="Held-out windows scored; 0: not scored (the "
+                                     "package then cannot be pushed)."),
     batch_size: int = BATCH_SIZE,
     registry: Optional[Path] = typer.Option(None, "--registry", help="registry.json a repo id is resolved from."),
 ):
-    """Factor an affine adapter's maps to a low rank on calibration text: fewer FLOPs per token, measured error.
+    """Factor an affine adapter's maps to a low rank on calibration text and score it on held-out text: fewer FLOPs
+    per token, measured error, a package `hf-fold push` publishes.
 
     Examples:
 
@@ -339,7 +343,8 @@ def compress_command(
 
     run_compress(CompressArgs(adapter=adapter, rank=rank, out=out, sender=sender, receiver=receiver,
                               calib_data=calib_data, calib_windows=calib_windows, context_tokens=context_tokens,
-                              batch_size=batch_size, registry=registry), conventions.data)
+                              heldout=heldout, eval_windows=eval_windows, batch_size=batch_size, registry=registry),
+                 conventions.data)
 
 
 for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: heterofold_hub/commands/hub_cli.py

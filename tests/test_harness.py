@@ -117,6 +117,7 @@ def tiny_run(tmp_path_factory):
         calib_data = "{data}"
         calib_windows = 4
         context_tokens = 256
+        eval_windows = 0
 
         [score]
         adapters = ["{TINY_ADAPTER}", "train:kv", "compress:low"]

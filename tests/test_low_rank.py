@@ -1,5 +1,6 @@
 """Low-rank adapters: full rank is the parent, the fast path equals the reference path, the data-aware factors beat
-plain SVD on held-out features, packages round-trip with their integrity checked, and the CLI refuses bad ranks."""
+plain SVD on held-out features, packages round-trip with their integrity checked, the CLI refuses bad ranks, and a
+scored package pushes with its parent on its card."""
 
 import json
 from dataclasses import replace
@@ -7,12 +8,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from heterofold_hub.adapter.config import CONFIG_NAME, WEIGHTS_NAME, AdapterConfig
+from heterofold_hub import HeteroFoldModel
+from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME, AdapterConfig
 from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.data.windows import make_windows
 from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.hub import LocalHub
 from heterofold_hub.hub.resolve import resolve_adapter
 from heterofold_hub.methods import get_method, load_adapter
 from heterofold_hub.methods.features import collect
@@ -119,12 +122,33 @@ def test_cli_compress_writes_a_package_and_refuses_a_bad_rank_with_exit_2(pair, 
     assert bad.returncode == 2, bad.stderr
     assert "--rank 500" in bad.stderr and "choose 1..96" in bad.stderr and not bad.stdout
     assert not (tmp_path / "bad").exists()
-    good = hf_fold("compress", "--adapter", str(found.folder), "--rank", str(RANK), "--out", str(tmp_path / "good"),
-                   "--calib-windows", "4", "--context-tokens", "64")
-    assert good.returncode == 0, good.stderr
-    assert "low rank" in good.stdout and "wrote low-rank adapter package" in good.stderr
+    unscored = hf_fold("compress", "--adapter", str(found.folder), "--rank", str(RANK), "--out", str(tmp_path / "good"),
+                       "--calib-windows", "4", "--context-tokens", "64", "--eval-windows", "0")
+    assert unscored.returncode == 0, unscored.stderr
+    assert "low rank" in unscored.stdout and "wrote low-rank adapter package" in unscored.stderr
+    assert "not scored" in unscored.stderr and not (tmp_path / "good" / METRICS_NAME).exists()
     loaded = load_adapter(tmp_path / "good")
     assert loaded.rank == RANK and loaded.config.training_args["data"] == "bundled:train"
     evaluated = hf_fold("compress", "--adapter", str(found.folder), "--rank", "4", "--out", str(tmp_path / "x"),
                         "--calib-data", "bundled:unseen")
     assert evaluated.returncode == 2 and "--calib-data 'bundled:unseen'" in evaluated.stderr
+
+
+def test_a_scored_compressed_package_pushes_with_its_parent_on_the_card_and_loads_by_repo_id(pair, tmp_path):
+    sender, receiver, found, _ = pair
+    out, registry, hub = tmp_path / "low", tmp_path / "registry.json", tmp_path / "hub"
+    made = hf_fold("compress", "--adapter", str(found.folder), "--rank", "4", "--out", str(out), "--calib-windows", "4",
+                   "--context-tokens", "64", "--eval-windows", "4", "--batch-size", "4")
+    assert made.returncode == 0, made.stderr
+    metrics = json.loads((out / METRICS_NAME).read_text())
+    assert metrics["data"] == "bundled:unseen" and metrics["windows"] == 4
+    assert {"native", "no-context", "low-rank"} <= set(metrics["methods"])
+    assert 0 <= metrics["methods"]["low-rank"]["kl"] < float("inf")
+    push = hf_fold("push", str(out), "--repo", "tester/q2l-rank4", "--version", "1.0.0", "--hub-dir", str(hub),
+                   "--registry", str(registry))
+    assert push.returncode == 0, push.stdout + push.stderr
+    card = (LocalHub(hub).download("tester/q2l-rank4", version="v1.0.0") / "README.md").read_text()
+    assert "factored to rank 4" in card and "## Factored from" in card and found.repo_id in card
+    assert 'adapter="tester/q2l-rank4"' in card  # a low-rank adapter is not the pair's default: the usage names it
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, adapter="tester/q2l-rank4", registry=registry, hub_dir=hub)
+    assert model.adapter.config.method == "low-rank" and model.adapter.rank == 4

@@ -24,6 +24,7 @@ class CompressArgs:
     calib_windows: int = 64
     context_tokens: int = 512
     continuation_tokens: int = 64
+    eval_windows: int = 48  # held-out windows scored into metrics.json; 0: not scored (then it cannot be pushed)
     batch_size: int = 8
     registry: Path | None = None
 
@@ -37,6 +38,8 @@ class CompressArgs:
                                  ("--batch-size", self.batch_size, 1)):
             if value < low:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
+        if self.eval_windows < 0 or self.eval_windows == 1:
+            problems.append(f"--eval-windows: {self.eval_windows}; give 0 (do not score) or at least 2")
         if self.out.exists() and any(self.out.iterdir()):
             problems.append(f"--out: {self.out} already exists and is not empty; choose a new folder (a package, once "
                             "written, is not overwritten)")
@@ -83,14 +86,19 @@ def summary(adapter, parent_source: str) -> Table:
 
 
 def run_compress(args: CompressArgs, console: Console, messages: Console = conventions.messages):
-    """Factor, print the summary on ``console`` (data) and what was read and written on ``messages``."""
+    """Factor, score on ``--heldout`` into ``metrics.json`` (unless ``--eval-windows 0``), print the summary and the
+    scores on ``console`` (data) and what was read and written on ``messages``."""
     args.validate()
     from heterofold_hub import __version__
+    from heterofold_hub.adapter.config import METRICS_NAME
     from heterofold_hub.adapter.save_and_load import save_adapter
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.fidelity import evaluate, results_table
+    from heterofold_hub.hub.composition import held_out_problem
     from heterofold_hub.hub.resolve import resolve_adapter
+    from heterofold_hub.io import write_json_atomic
     from heterofold_hub.methods.low_rank import compress, rank_problem, saves_flops, input_moments
     from heterofold_hub.progress import status
 
@@ -98,7 +106,7 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
     with status("reading the parent adapter", messages):  # tokenizers and configs only: a bad rank fails fast
         sender, receiver = Side.load(sender_id, with_model=False), Side.load(receiver_id, with_model=False)
         found = resolve_adapter(sender, receiver, adapter=args.adapter, registry=args.registry)
-    problem = rank_problem(found.adapter, args.rank)
+    problem = rank_problem(found.adapter, args.rank) or (args.eval_windows and held_out_problem(found.adapter, args.heldout))
     if problem:
         raise UsageError(problem)
     if not saves_flops(found.adapter.config, args.rank):
@@ -108,8 +116,10 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
                        highlight=False)
     source = found.describe()
     messages.print(f"parent: {source} ({found.adapter.config.method})", highlight=False)
-    with status("loading the sender", messages):
+    scoring = args.eval_windows > 0
+    with status("loading the sender" + (" and the receiver" if scoring else ""), messages):
         sender = Side.load(sender_id)
+        receiver = Side.load(receiver_id) if scoring else receiver
     windows = make_windows(read_texts(args.calib_data), receiver, max_windows=args.calib_windows,
                            context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
     moments = input_moments(found.adapter, sender, receiver, windows, batch_size=args.batch_size)
@@ -119,9 +129,20 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
                                     "context_tokens": args.context_tokens})
     adapter.config = replace(adapter.config, library_version=__version__, training_args={
         "data": args.calib_data, "calib_windows": len(windows), "context_tokens": args.context_tokens,
-        "rank": args.rank, "parent": source})
-    save_adapter(adapter, args.out)
+        "rank": args.rank, "parent": source, "heldout": args.heldout, "eval_windows": args.eval_windows})
     console.print(summary(adapter, source))
-    messages.print(f"wrote low-rank adapter package to {args.out} ({tokens} calibration tokens of {args.calib_data})",
-                   highlight=False)
+    result = None
+    if scoring:
+        held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
+                                context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+        result = evaluate(sender, receiver, {"low-rank": adapter}, held_out, batch_size=args.batch_size,
+                          data=args.heldout)
+        result.update(sender=adapter.config.sender, receiver=adapter.config.receiver)  # the ids the package names
+        console.print(results_table(result))
+    save_adapter(adapter, args.out)
+    if result is not None:
+        write_json_atomic(args.out / METRICS_NAME, result)
+    messages.print(f"wrote low-rank adapter package to {args.out} ({tokens} calibration tokens of {args.calib_data})"
+                   + ("" if scoring else "; not scored (--eval-windows 0): score it with `hf-fold eval --adapter` "
+                      "before pushing"), highlight=False)
     return adapter

@@ -18,6 +18,7 @@ import yaml
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.io import write_bytes_atomic
 from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME
+from heterofold_hub.hub.registry_schema import PREFERRED_METHOD
 from heterofold_hub.paths import shipped_file
 
 TEMPLATE_NAME = "adapter_card.md.j2"
@@ -122,6 +123,7 @@ def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | 
     return _environment(template.parent).get_template(template.name).render(
         repo_id=repo_id, version=version, license=license, plot=plot_name, config=config, metrics=metrics,
         base_terms=terms, parents=config["extra"].get("parents") if method == "composed" else None,
+        factored=config["extra"] if method == "low-rank" else None, preferred=method == PREFERRED_METHOD,
         pivot=config["extra"].get("pivot", {}).get("id"),
         method=method, own=rows[method], rows=[(name, rows[name]) for name in order], tags=tags, sides=sides,
         dataset=train_args.get("heldout") or "held-out text", library_version=meta.get("library_version", "unknown"),

@@ -17,12 +17,12 @@ from pathlib import Path
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.base import next_patch, validate_version, version_key
 from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: also imported from here by callers
-    REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry, load_json,
+    PREFERRED_METHOD, REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry,
+    load_json,
 )
 from heterofold_hub.io import write_json_atomic
 from heterofold_hub.paths import default_root, is_installed_copy, shipped_file
 
-PREFERRED_METHOD = "heterofold"
 # A path's second leg was fitted on the pivot's own K/V, so the first leg must reproduce them. A least-squares leg
 # does (1-R2 0.18-0.38 on SmolLM2's layers 0-2 from Gemma 3); one calibrated on the pivot's logits need not, and
 # does not (1-R2 1.0 to 70 there): benchmarks/probes/pivot_leg_error.py. Least-squares first legs rank first.
