@@ -155,7 +155,7 @@ def test_every_strategy_runs_and_recomputes_its_share(select, bpe, unigram):
     spans = [[(10, 40)], [(0, 25)]]
     result = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select=select, query="def answer():", spans=spans)
     share = result.recompute["share"]
-    assert (0 < share < 0.2) if select in ("oracle", "statement") else abs(share - 0.1) < 0.02
+    assert (0 < share < 0.2) if select in ("oracle", "statement") else abs(share - 0.1) < 0.02  # the others fill it
     assert all(torch.isfinite(k).all() for k, _ in cache_layers(result.cache))
 
 
@@ -208,6 +208,23 @@ def test_statement_takes_only_the_best_matching_lines_within_the_share(unigram):
     assert everything.index[0].tolist() == first_line.nonzero().flatten().tolist()
     assert choose(scores[None], mapped, 0.9).index.shape[1] > first_line.sum()  # filling the share takes more
     assert choose(scores[None], mapped, 2 / len(ids), positive_only=True).index.shape[1] == 2
+
+
+def test_statement_tail_takes_the_asked_line_then_the_most_recent_positions(unigram):
+    """statement-tail: the asked line first (not its sibling), then the share filled from the end of the context."""
+    document = ("# the code of amber-falcon is 73914\n# the code of quiet-falcon is 50218\n"
+                "def f(x):\n    return x + 1\n\n\ndef g(y):\n    return y * 2\n")
+    encoded = unigram(document, return_offsets_mapping=True)
+    ids, offsets = torch.tensor(encoded.input_ids), torch.tensor(encoded.offset_mapping)
+    mapped = torch.ones(1, len(ids), dtype=torch.bool)
+    asked = torch.tensor(unigram("# recall: the code of amber-falcon is ", add_special_tokens=False).input_ids)
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=mapped, tokenizer=unigram, query_ids=[asked])
+    first_line = ((offsets[:, 1] <= document.index("\n") + 1) & (offsets[:, 1] > offsets[:, 0])).nonzero().flatten()
+    extra = 5
+    chosen = choose(SELECTORS["statement-tail"]().scores(inputs), mapped, (len(first_line) + extra) / len(ids))
+    assert chosen.index[0].tolist() == first_line.tolist() + list(range(len(ids) - extra, len(ids)))
+    only_line = choose(SELECTORS["statement-tail"]().scores(inputs), mapped, 3 / len(ids))
+    assert set(only_line.index[0].tolist()) < set(first_line.tolist())  # a share below the line: the line's tokens
 
 
 def test_choose_takes_each_rows_top_share_in_position_order():

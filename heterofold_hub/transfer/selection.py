@@ -13,8 +13,9 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
   attention from the prompt breaking ties (ProphetKV's relevance to the query); ``keywords``: the same words
   alone, with no model run (the sender's attention costs a forward of the prompt over the whole cache);
-  ``statement``: only the line those words match best, however large the share, which then only caps it; ``attention``: that attention alone (CacheClip style). All need the prompt at
-  transfer time, ``attention`` the sender model too;
+  ``statement``: only the line those words match best, however large the share, which then only caps it;
+  ``statement-tail``: that line, then the most recent positions to fill the share; ``attention``: that attention
+  alone (CacheClip style). All need the prompt at transfer time, ``attention`` the sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
 """
 
@@ -157,6 +158,20 @@ class Statement(Selector):
         return torch.where((score >= best) & (best > 0), score, torch.zeros_like(score))
 
 
+class StatementTail(Selector):
+    """:class:`Statement`'s line, then the most recent positions until the share is filled: the asked fact for
+    retrieval, the recent context for what the receiver writes next (the tail alone lifts recovered the most of the
+    query-agnostic strategies: docs/results.md)."""
+
+    name = "statement-tail"
+    needs = ("query",)
+
+    def scores(self, inputs):
+        asked = Statement().scores(inputs)
+        recent = Tail().scores(inputs) / inputs.receiver_ids.shape[1]  # [0, 1): below any statement token
+        return torch.where(asked > 0, asked + 1.0, recent)
+
+
 class Query(Selector):
     """:class:`Keywords`, with the sender's attention from the prompt (when the sender model is loaded) breaking
     ties between positions the words score alike."""
@@ -198,7 +213,7 @@ class Oracle(Selector):
 
 
 SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Keywords,
-                                                            Statement, Query, Attention, Oracle)}
+                                                            Statement, StatementTail, Query, Attention, Oracle)}
 
 
 def needs_surprisal(select: str | None) -> bool:
