@@ -152,7 +152,8 @@ def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
     """The adapter's maps factored to a low rank (``hf-fold compress``): what it keeps beside the adapter and KV
     Ridge on the same windows, and its end-to-end speed-up beside the adapter's in the same bench run."""
     score, bench = _load((experiment, "score")), _load((experiment, "bench"))["directions"][0]
-    rank = stage((experiment, "compress"))["result"][ref.split(":", 1)[1]]["rank"]
+    made = stage((experiment, "compress"))["result"][ref.split(":", 1)[1]]
+    rank, published = made["rank"], _published_as(made["weights_sha256"])
     kept = []
     for length, table in score.items():
         row = next(name for name, source in table["adapters"].items() if source == ref)
@@ -162,9 +163,20 @@ def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
     speed = [f"{row['context_tokens']} tokens: **{row['speedup']['end_to_end'][bench_row]:.1f}x** "
              f"({row['speedup']['end_to_end']['heterofold']:.1f}x unfactored)"
              for row in bench["rows"] if row["context_tokens"] in (512, 2048, 8192)]
-    return (f"| faster, at a quality cost: the maps factored to rank {rank} (`hf-fold compress --rank {rank}`, not "
-            f"registered) | context benefit kept, unseen code: {'; '.join(kept)}. End to end (plan + map, same run): "
+    where = f"registered as `{published}`" if published else "not registered"
+    return (f"| faster, at a quality cost: the maps factored to rank {rank} (`hf-fold compress --rank {rank}`, "
+            f"{where}) | context benefit kept, unseen code: {'; '.join(kept)}. End to end (plan + map, same run): "
             f"{'; '.join(speed)} | {_link((experiment, 'bench'), prefix)} |")
+
+
+def _published_as(weights_sha256: str) -> str | None:
+    """``repo@version`` of the registered version whose weights file has this hash (the very package measured), or
+    None."""
+    for entry in json.loads((ROOT / "registry.json").read_text())["adapters"]:
+        for version in entry["versions"]:
+            if version["files"].get("adapter.safetensors") == weights_sha256:
+                return f"{entry['repo_id']}@{version['version']}"
+    return None
 
 
 def _limits(direction: str) -> str:
