@@ -143,6 +143,7 @@ def leg_error_markdown(rows=LEG_ERROR_ROWS) -> str:
 def blocks() -> dict[str, str]:
     return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(),
             "speed-low-rank": low_rank_speed_markdown(),
+            "speed-low-rank-registered": low_rank_speed_markdown(("real-g2s-rank64", "bench")),
             "speed-low-rank-s2g": low_rank_speed_markdown(("real-s2g-low-rank", "bench"), adapter="v1.3.0",
                                                           receiver="Gemma 3"),
             "bench-tiny": bench_markdown(),

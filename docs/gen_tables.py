@@ -42,7 +42,7 @@ DIRECTIONS = {
         "retrieval": None,  # no committed retrieval result with SmolLM2 receiving
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
-        "faster": ("real-g2s-low-rank", "compress:rank64", "rank64"),
+        "faster": ("real-g2s-rank64", "compress:rank64", "rank64"),
         "prose": ("real-g2s-prose", "score", "512"),
         "both_baselines": ("real-bench", "bench"),
     },
