@@ -143,6 +143,6 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
     if result is not None:
         write_json_atomic(args.out / METRICS_NAME, result)
     messages.print(f"wrote low-rank adapter package to {args.out} ({tokens} calibration tokens of {args.calib_data})"
-                   + ("" if scoring else "; not scored (--eval-windows 0): score it with `hf-fold eval --adapter` "
-                      "before pushing"), highlight=False)
+                   + ("" if scoring else "; not scored (--eval-windows 0), so it has no metrics.json and cannot "
+                      "be pushed: compress again with --eval-windows 48 to publish it"), highlight=False)
     return adapter
