@@ -74,15 +74,12 @@ def run_compose(args: ComposeArgs, console: Console, messages: Console = convent
     """Compose, print the score table on ``console`` (data) and what was composed and written on ``messages``."""
     args.validate()
     from heterofold_hub import __version__
-    from heterofold_hub.data.texts import read_texts
-    from heterofold_hub.evaluation.fidelity import evaluate
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.hub.registry import open_registry
     from heterofold_hub.adapter.config import METRICS_NAME
     from heterofold_hub.adapter.save_and_load import save_adapter
-    from heterofold_hub.data.windows import make_windows
-    from heterofold_hub.evaluation.fidelity import results_table
+    from heterofold_hub.evaluation.fidelity import results_table, score_package
     from heterofold_hub.hub.composition import compose_path, held_out_problem
     from heterofold_hub.progress import status
 
@@ -103,12 +100,9 @@ def run_compose(args: ComposeArgs, console: Console, messages: Console = convent
         problem = held_out_problem(composed, args.heldout)
         if problem:
             raise UsageError(problem)
-        held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
-                                context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-        result = evaluate(sender, receiver, {"composed": composed}, held_out, batch_size=args.batch_size,
-                          data=args.heldout)
-        # check_pair made sure these are the models the parents name; the package speaks of them by those ids
-        result.update(sender=composed.config.sender, receiver=composed.config.receiver)
+        result = score_package(sender, receiver, "composed", composed, heldout=args.heldout, windows=args.eval_windows,
+                               context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens,
+                               batch_size=args.batch_size)
         console.print(results_table(result))
     rematched = {} if args.rematch_data is None else {"data": args.rematch_data, "rematch_windows": args.rematch_windows}
     composed.config = replace(composed.config, library_version=__version__, training_args={

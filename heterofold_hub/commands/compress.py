@@ -95,7 +95,7 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.texts import read_texts
     from heterofold_hub.data.windows import make_windows
-    from heterofold_hub.evaluation.fidelity import evaluate, results_table
+    from heterofold_hub.evaluation.fidelity import results_table, score_package
     from heterofold_hub.hub.composition import held_out_problem
     from heterofold_hub.hub.resolve import resolve_adapter
     from heterofold_hub.io import write_json_atomic
@@ -106,7 +106,8 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
     with status("reading the parent adapter", messages):  # tokenizers and configs only: a bad rank fails fast
         sender, receiver = Side.load(sender_id, with_model=False), Side.load(receiver_id, with_model=False)
         found = resolve_adapter(sender, receiver, adapter=args.adapter, registry=args.registry)
-    problem = rank_problem(found.adapter, args.rank) or (args.eval_windows and held_out_problem(found.adapter, args.heldout))
+    problem = rank_problem(found.adapter, args.rank) or (held_out_problem(found.adapter, args.heldout)
+                                                          if args.eval_windows else None)
     if problem:
         raise UsageError(problem)
     if not saves_flops(found.adapter.config, args.rank):
@@ -133,11 +134,9 @@ def run_compress(args: CompressArgs, console: Console, messages: Console = conve
     console.print(summary(adapter, source))
     result = None
     if scoring:
-        held_out = make_windows(read_texts(args.heldout), receiver, max_windows=args.eval_windows,
-                                context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-        result = evaluate(sender, receiver, {"low-rank": adapter}, held_out, batch_size=args.batch_size,
-                          data=args.heldout)
-        result.update(sender=adapter.config.sender, receiver=adapter.config.receiver)  # the ids the package names
+        result = score_package(sender, receiver, "low-rank", adapter, heldout=args.heldout, windows=args.eval_windows,
+                               context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens,
+                               batch_size=args.batch_size)
         console.print(results_table(result))
     save_adapter(adapter, args.out)
     if result is not None:

@@ -16,7 +16,7 @@ from heterofold_hub.transfer.forward import native_logits, no_context_logits, tr
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.batches import prepare_batch
-from heterofold_hub.data.windows import Window
+from heterofold_hub.data.windows import Window, make_windows
 
 REFERENCE_METHODS = ("native", "no-context")
 
@@ -57,6 +57,19 @@ def summarise(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[
 
 
 @torch.no_grad()
+def score_package(sender: Side, receiver: Side, name: str, adapter: PairAdapter, *, heldout: str, windows: int,
+                  context_tokens: int, continuation_tokens: int, batch_size: int = 8) -> dict:
+    """The held-out ``metrics.json`` of a package made without training (composed, low rank): ``adapter``, as row
+    ``name``, beside native and no-context on ``windows`` windows of ``heldout``, under the pair ids the package
+    names (its parents were checked to be these models)."""
+    from heterofold_hub.data.texts import read_texts
+
+    held_out = make_windows(read_texts(heldout), receiver, max_windows=windows, context_tokens=context_tokens,
+                            continuation_tokens=continuation_tokens)
+    result = evaluate(sender, receiver, {name: adapter}, held_out, batch_size=batch_size, data=heldout)
+    return result | {"sender": adapter.config.sender, "receiver": adapter.config.receiver}
+
+
 def evaluate(
     sender: Side,
     receiver: Side,
