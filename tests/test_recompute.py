@@ -102,6 +102,33 @@ def test_partial_recompute_replaces_exactly_the_chosen_rows(arch, bpe, unigram):
             assert torch.allclose(v * picked, nv * picked, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_a_recomputed_tail_is_the_receivers_own_continuation_of_the_mapped_rest(arch, bpe, unigram):
+    """Recomputing the last positions is, at every layer, what the receiver computes when it reads those tokens after
+    a cache holding the mapped rest: a plain transformers forward, with its own masks and sliding windows, is the
+    reference for the recompute's masks, for a sliding layer reading only the columns its windows cover, and for the
+    forward that stops after the last layer's K/V."""
+    pipe = pipeline(arch, bpe, unigram)
+    context = CONTEXTS[0]
+    prefill = prefill_sender(pipe.sender, [context])
+    part = pipe.transfer(prefill, [context], recompute=0.25, select="tail")
+    plan = pipe.plan([context])
+    columns, tail = plan.cache_tokens, round(int(plan.alignment.mapped_mask.sum()) * 0.25)
+    if arch == "gemma3_text":  # the recomputed rows reach back past a window, and a window spans fewer columns
+        assert tail > GEMMA3_WINDOW and columns > 2 * GEMMA3_WINDOW + tail
+    mapped = map_every_position(pipe.adapter, plan, cache_layers(prefill.cache), dtype=torch.float32)
+    rest = build_cache([(k[:, :, :columns - tail].clone(), v[:, :, :columns - tail].clone()) for k, v in mapped])
+    ids = plan.alignment.receiver_ids[:, columns - tail:]
+    with torch.no_grad():
+        pipe.receiver.model(input_ids=ids, position_ids=torch.arange(columns - tail, columns)[None], cache=rest,
+                            use_cache=True)
+    for (k, v), layer in zip(cache_layers(part.cache), rest.layers, strict=True):
+        kept = min(tail, k.shape[2])  # a sliding layer's final cache keeps only its window of the tail
+        for got, want in ((k, layer.keys), (v, layer.values)):
+            got, want = got[:, :, -kept:], want[:, :, -kept:]
+            assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
 def test_sliding_layers_map_only_the_windows_a_recompute_reads(bpe, unigram):
     """Positions are chosen before the map, so a sliding layer maps only its final window and the window up to each
     chosen position: the cache equals the one recomputed over a working cache mapped at every row."""

@@ -85,7 +85,12 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     ``layers``: the working cache, every position of every layer (``[B, Hr, T, Dr]``); ``ids``/``attention_mask``
     ``[B, T]`` the receiver tokens it covers (left-padded); ``chosen`` ``[B, n]`` column indices to recompute,
     ``valid`` ``[B, n]`` which are real; ``windows``: per layer, its sliding window in positions (``KVSpec.window
-    + 1``, the positions a query sees, itself included) or None."""
+    + 1``, the positions a query sees, itself included) or None.
+
+    Two things a prefill needs are skipped, since only the chosen rows' K/V are wanted: a sliding layer reads only
+    the columns some chosen row's window covers (the rest are masked anyway, and attending over them would cost as
+    much as a full layer), and the forward stops once the last layer has stored its K/V (that layer's attention and
+    MLP, the final norm and the LM head would only make logits nobody reads)."""
     if chosen.shape[1] == 0:
         return layers
     device = model.device
@@ -95,29 +100,54 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     batch = torch.arange(chosen.shape[0], device=device)[:, None].expand_as(chosen)
     usable[batch[valid], chosen[valid]] = False  # a chosen row's mapped K/V is replaced, never read
     kinds = layer_types(model, len(layers))
-    masks = recompute_masks(model, positions, usable, chosen, valid,
-                            {kind: windows[kinds.index(kind)] for kind in dict.fromkeys(kinds)})
-    working = build_cache(layers)
+    kind_windows = {kind: windows[kinds.index(kind)] for kind in dict.fromkeys(kinds)}
+    masks = recompute_masks(model, positions, usable, chosen, valid, kind_windows)
+    masks = masks if isinstance(masks, dict) else {kinds[0]: masks}
+    columns = layers[0][0].shape[2]
+    read = {kind: _read_columns(mask, columns) if kind_windows[kind] is not None else None
+            for kind, mask in masks.items()}
+    masks = {kind: mask if read[kind] is None else torch.cat([mask[..., :columns][..., read[kind]],
+                                                             mask[..., columns:]], -1) for kind, mask in masks.items()}
+    working = build_cache([kv if read[kind] is None else tuple(x[:, :, read[kind]] for x in kv)
+                           for kv, kind in zip(layers, kinds)])
+    _stop_after_layer(working, len(layers) - 1)
     pad = getattr(model.config, "pad_token_id", None) or 0
     inputs = ids.to(device).gather(1, chosen).masked_fill(~valid, pad)
-    model(input_ids=inputs, position_ids=positions.gather(1, chosen), attention_mask=masks, cache=working,
-          use_cache=True, **_one_logit(model))
-    columns = layers[0][0].shape[2]
-    out = []
+    try:
+        model(input_ids=inputs, position_ids=positions.gather(1, chosen),
+              attention_mask=masks if len(masks) > 1 else next(iter(masks.values())), cache=working, use_cache=True)
+    except _Stop:
+        pass
+    n, out = chosen.shape[1], []
     for (keys, values), layer in zip(layers, working.layers):
         merged = []
         for old, new in ((keys, layer.keys), (values, layer.values)):
-            fresh = new[:, :, columns:].transpose(1, 2)  # [B, n, Hr, Dr]
+            fresh = new[:, :, new.shape[2] - n:].transpose(1, 2)  # [B, n, Hr, Dr]: what this forward appended
             old.transpose(1, 2)[batch[valid], chosen[valid]] = fresh[valid].to(old.dtype)  # in place: ours
             merged.append(old)
         out.append(tuple(merged))
     return out
 
 
-def _one_logit(model) -> dict:
-    from heterofold_hub.base_models.loading import keep_logits
+def _read_columns(mask: torch.Tensor, columns: int) -> torch.Tensor:
+    """Indices of the first ``columns`` key columns that some query of ``mask`` ``[B, 1, n, columns + n]`` may read
+    (bool, or eager's additive float mask)."""
+    cached = mask[:, 0, :, :columns]
+    readable = cached if cached.dtype == torch.bool else cached == 0
+    return readable.any(1).any(0).nonzero().flatten()
 
-    return keep_logits(model, 1)
+
+def _stop_after_layer(cache: DynamicCache, last: int) -> None:
+    """Make ``cache`` end the forward (raise :class:`_Stop`) once layer ``last`` has stored its K/V."""
+    update = cache.update
+
+    def update_then_stop(key_states, value_states, layer_idx, *args, **kwargs):
+        stored = update(key_states, value_states, layer_idx, *args, **kwargs)
+        if layer_idx == last:
+            raise _Stop
+        return stored
+
+    cache.update = update_then_stop
 
 
 class _Stop(Exception):
