@@ -254,6 +254,25 @@ def test_statement_tail_takes_the_asked_line_then_the_most_recent_positions(unig
     assert set(only_line.index[0].tolist()) < set(first_line.tolist())  # a share below the line: the line's tokens
 
 
+def test_content_tail_takes_half_its_share_from_the_fact_lines_and_half_from_the_end(unigram):
+    """content-tail, query-agnostic: the lines holding digits (both facts, no question needed) and the most recent
+    positions, about half the share each, and no filler from the middle."""
+    document = ("# the code of amber-falcon is 73914\n# the code of quiet-falcon is 50218\n"
+                + "def f(x):\n    return x + y\n" * 6 + "def g(y):\n    return y\n")
+    encoded = unigram(document, return_offsets_mapping=True)
+    ids, offsets = torch.tensor(encoded.input_ids), torch.tensor(encoded.offset_mapping)
+    mapped = torch.ones(1, len(ids), dtype=torch.bool)
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=mapped, tokenizer=unigram)
+    facts = ((offsets[:, 1] <= document.index("def") ) & (offsets[:, 1] > offsets[:, 0])).nonzero().flatten().tolist()
+    k = len(facts)
+    assert 2 * k < len(ids) - 4  # room for filler between the two halves
+    chosen = choose(SELECTORS["content-tail"]().scores(inputs), mapped, 2 * k / len(ids)).index[0].tolist()
+    assert chosen == facts + list(range(len(ids) - k, len(ids)))
+    # A smaller share keeps the balance: the first fact line's digit peak and the last positions.
+    small = choose(SELECTORS["content-tail"]().scores(inputs), mapped, 6 / len(ids)).index[0].tolist()
+    assert small[-3:] == list(range(len(ids) - 3, len(ids))) and all(i in facts for i in small[:3])
+
+
 def test_choose_takes_each_rows_top_share_in_position_order():
     scores = torch.tensor([[0.0, 5.0, 1.0, 4.0, 3.0, 2.0], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0]])
     mapped = torch.tensor([[False, True, True, True, True, True], [False, False, False, True, True, True]])

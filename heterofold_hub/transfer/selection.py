@@ -7,7 +7,7 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
 - ``chunk-start``: the first positions of every 64-token chunk (EPIC's attention-sink lever);
 - ``content``: query-agnostic, tokens that carry content to copy: digit runs and rare tokens (the sender's
   surprisal when the prefill kept it), spread over the line around each (``digits``: the few tokens before each
-  only);
+  only); ``content-tail``: content's ranking and tail's, interleaved (about half the share each);
 - ``deviation``: where the mapped K/V of the receiver's first layer deviates most from its native K/V (CacheBlend;
   pays a native first layer over every token, which then stays in the cache);
 - ``query``: query-aware, the prompt's rare words found in the context, spread over their line, the sender's
@@ -107,6 +107,27 @@ class Digits(Selector):
 
     def scores(self, inputs):
         return spread_back(token_content(inputs), SPAN_BEFORE)
+
+
+class ContentTail(Selector):
+    """Query-agnostic: :class:`Content`'s ranking and :class:`Tail`'s, interleaved, so a share takes about half
+    from each (the content lines where facts sit, the recent context the next tokens read first). A position's score
+    is minus its better rank of the two."""
+
+    name = "content-tail"
+    needs = ("surprisal",)
+
+    def scores(self, inputs):
+        content, recent = Content().scores(inputs), Tail().scores(inputs)
+        best = torch.minimum(_ranks(content, inputs.mapped_mask), _ranks(recent, inputs.mapped_mask))
+        return -best.float()
+
+
+def _ranks(score: torch.Tensor, mapped: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` long: each position's rank by ``score`` among its row's mapped positions (0 the highest;
+    unmapped positions rank last)."""
+    order = score.float().masked_fill(~mapped, float("-inf")).argsort(dim=1, descending=True, stable=True)
+    return torch.empty_like(order).scatter_(1, order, torch.arange(score.shape[1]).expand_as(order))
 
 
 class Deviation(Selector):
@@ -212,8 +233,9 @@ class Oracle(Selector):
         return score
 
 
-SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, Deviation, Keywords,
-                                                            Statement, StatementTail, Query, Attention, Oracle)}
+SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Content, Digits, ContentTail, Deviation,
+                                                            Keywords, Statement, StatementTail, Query, Attention,
+                                                            Oracle)}
 
 
 def needs_surprisal(select: str | None) -> bool:
