@@ -15,19 +15,26 @@ from rich.console import Console
 from rich.table import Table
 
 from heterofold_hub.data.texts import read_texts
+from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.handoff import Setting, evaluate_handoff, make_handoff_prompts, wilson
 from heterofold_hub.evaluation.retrieval import filler_texts, known_facts
 from heterofold_hub.modeling import HeteroFoldModel
 
 
 def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
-    """``"content:0.02,0.05;query+2:0.1;oracle"`` -> settings, each with every ``repairs`` count; the pure transfer first."""
+    """``"content:0.02,0.05;query+2:0.1;oracle;statement/deferred:0.05"`` -> settings, each with every ``repairs``
+    count; the pure transfer first. ``/deferred``: the transfer is made without the prompt, the recompute when the
+    receiver reads it."""
     settings = [Setting("content", 0.0, r) for r in repairs]
     for part in filter(None, (p.strip() for p in grid.split(";"))):
         select, _, fractions = part.partition(":")
+        select, _, deferred = select.partition("/")
+        if deferred not in ("", "deferred"):
+            raise HeteroFoldError(f"grid entry {part!r}: '/{deferred}' is not an option; the one is '/deferred'.")
         select, _, repair = select.partition("+")  # "content+2:0.05" repairs the first 2 layers too
         for fraction in ([None] if select == "oracle" else [float(f) for f in fractions.split(",")]):
-            settings += [Setting(select, fraction or 0.0, r) for r in ([int(repair)] if repair else repairs)]
+            settings += [Setting(select, fraction or 0.0, r, deferred=bool(deferred))
+                         for r in ([int(repair)] if repair else repairs)]
     return list(dict.fromkeys(settings))
 
 
@@ -93,10 +100,8 @@ def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: li
                  "plan_s": lambda: model.pipeline.plan([p.context]),
                  "map_s": lambda: map_cache(model.adapter, plan, layers, dtype=dtype),
                  "map_every_position_s": lambda: map_every_position(model.adapter, plan, layers, dtype=dtype)}
-        for s in settings:  # what the user's call pays: plan + map + selection + recompute
-            calls[s.name] = (lambda s=s: model.transfer(prefill, [p.context], recompute=s.fraction, select=s.select,
-                                                        query=[p.question], repair_layers=s.repair_layers,
-                                                        spans=[[p.span]]))
+        for s in settings:  # what the user's calls pay: plan + map + selection + recompute (a deferred one's too)
+            calls[s.name] = (lambda s=s: s.transfer(model.pipeline, prefill, [p.context], [p.question], [[p.span]]))
         seconds = median_seconds(calls, repeats)  # side by side, rounds interleaved
         row = {name: seconds[name] for name in ("native_prefill_s", "plan_s", "map_s", "map_every_position_s")}
         row["settings"] = {s.name: {"end_to_end_s": seconds[s.name], "speedup": row["native_prefill_s"] / seconds[s.name],

@@ -186,7 +186,7 @@ def _limits(direction: str) -> str:
         rows = _load(file)["formats"][fmt][str(_load(file)["lengths"][0])]
         return (f"a pure transfer keeps the gist, not exact facts: {rows['transfer']['accuracy']:.2f} exact match where "
                 f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter "
-                "(`statement` needs the question at transfer time); valid only for these exact weights and tokenizers")
+                "(`statement` reads the question: at transfer time, or deferred to `generate(prompt=)`); valid only for these exact weights and tokenizers")
     prose = _load(spec["prose"])
     r = _row(prose, "heterofold")
     return (f"weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} on {prose['windows']} windows of package "

@@ -294,3 +294,13 @@ def test_bench_packages_need_one_direction(tmp_path):
         """)
     with pytest.raises(ConfigError, match="bench.adapters.*one direction"):
         config.load(tmp_path / "both.toml")
+
+
+def test_a_handoff_grid_names_its_settings_and_refuses_an_unknown_option():
+    from benchmarks.handoff import parse_grid
+    from heterofold_hub.errors import HeteroFoldError
+
+    names = [s.name for s in parse_grid("statement:0.05;statement/deferred:0.05;tail+2:0.1;oracle", [0])]
+    assert names == ["transfer", "statement@0.05", "statement@0.05 deferred", "tail@0.1+L2", "oracle"]
+    with pytest.raises(HeteroFoldError, match=r"'/later' is not an option.*'/deferred'"):
+        parse_grid("statement/later:0.05", [0])

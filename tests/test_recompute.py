@@ -193,10 +193,32 @@ def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
         pipe.transfer(prefill, CONTEXTS, recompute=1.5)
     with pytest.raises(HeteroFoldError, match=r"select='nearest'.*content.*oracle"):
         pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="nearest")
-    with pytest.raises(HeteroFoldError, match=r"query=\.\.\."):
-        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query")
     with pytest.raises(HeteroFoldError, match="3 queries for 2 contexts"):
         pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query", query=["a", "b", "c"])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_a_recompute_that_reads_the_prompt_waits_for_it(arch, bpe, unigram):
+    """Asked for without query=, a prompt-reading recompute keeps the pure transfer's cache until the receiver reads
+    its prompt, then gives what transfer(..., query=prompt) gives: the same cache (past Gemma 3's window too) and
+    the same continuation. Without a prompt it continues from the pure transfer."""
+    pipe = pipeline(arch, bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    prompt, kw = ["def answer():", "return"], dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    deferred = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement")
+    pure = pipe.transfer(prefill, CONTEXTS)
+    assert deferred.recompute == {"fraction": 0.1, "select": "statement", "repair_layers": 0, "share": 0.0,
+                                  "deferred": True}
+    for (k, k0), (v, v0), _ in layer_pairs(deferred, pure):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    asked = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement", query=prompt)
+    applied = deferred.deferred.apply(prompt)
+    assert applied.recompute == asked.recompute and 0 < asked.recompute["share"] <= 0.1
+    for (k, k0), (v, v0), _ in layer_pairs(applied, asked):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert torch.equal(pipe.generate(deferred, prompt=prompt, **kw), pipe.generate(asked, prompt=prompt, **kw))
+    again = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement")
+    assert torch.equal(pipe.generate(again, **kw), pipe.generate(pipe.transfer(prefill, CONTEXTS), **kw))
 
 
 def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, unigram):

@@ -30,7 +30,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.retrieval import (RECALL_MARK, _filler_chunk, digit_accuracy, exact_match, fact_line,
                                                  make_prompt)
-from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
+from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
 from heterofold_hub.transfer.selection import needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import ADJECTIVES, NOUNS
@@ -116,24 +116,37 @@ def make_handoff_prompts(fillers: list[str], receiver: Side, length: int, docs: 
 
 @dataclass(frozen=True)
 class Setting:
-    """One recompute setting: ``fraction`` of mapped positions chosen by ``select``, plus ``repair_layers``."""
+    """One recompute setting: ``fraction`` of mapped positions chosen by ``select``, plus ``repair_layers``;
+    ``deferred``: the transfer is made without the prompt, and the recompute when the receiver reads it
+    (:class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
 
     select: str
     fraction: float
     repair_layers: int = 0
+    deferred: bool = False
 
     @property
     def name(self) -> str:
         base = "transfer" if self.fraction == 0 and self.select != "oracle" else (
             "oracle" if self.select == "oracle" else f"{self.select}@{self.fraction:g}")
-        return base + (f"+L{self.repair_layers}" if self.repair_layers else "")
+        return base + (f"+L{self.repair_layers}" if self.repair_layers else "") + (" deferred" if self.deferred else "")
+
+    def transfer(self, pipeline: TransferPipeline, prefill, texts: list[str], questions: list[str],
+                 spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
+        """The receiver cache this setting gives, ready for the receiver to read ``questions`` (a deferred
+        recompute applied to them, as ``generate(prompt=...)`` would)."""
+        result = pipeline.transfer(prefill, texts, recompute=self.fraction, select=self.select,
+                                   query=None if self.deferred else questions, repair_layers=self.repair_layers,
+                                   spans=spans)
+        return result.deferred.apply(questions) if result.deferred is not None else result
 
 
 @torch.no_grad()
 def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, prompts: list[HandoffPrompt],
                      settings: list[Setting], *, batch_size: int = 8, progress: bool = True, log=None) -> dict:
     """Per setting (plus ``native`` and ``no-context``): decoded answers, exact-match hits, recomputed share and the
-    transfer's seconds per batch (plan + map + selection + recompute, not generation). ``log``: a callable given a
+    transfer's seconds per batch (plan + map + selection + recompute, a deferred recompute's included; not
+    generation). ``log``: a callable given a
     line per batch (for runs without a terminal)."""
     tok = receiver.tokenizer
     budget = 1 + max(len(tok(p.answer, add_special_tokens=False)["input_ids"]) for p in prompts)
@@ -152,9 +165,7 @@ def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, p
             seconds = {}
             for s in settings:
                 began = time.perf_counter()
-                results[s.name] = pipeline.transfer(prefill, texts, recompute=s.fraction, select=s.select,
-                                                    query=questions, repair_layers=s.repair_layers,
-                                                    spans=[[p.span] for p in group])
+                results[s.name] = s.transfer(pipeline, prefill, texts, questions, [[p.span] for p in group])
                 seconds[s.name] = time.perf_counter() - began
             if log is not None:
                 log(f"batch {start // batch_size + 1}: prefills ready, transfers took "

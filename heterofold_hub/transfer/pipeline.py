@@ -14,6 +14,7 @@ from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
+from heterofold_hub.transfer.selection import needs_query
 from heterofold_hub.transfer.sender import SenderPrefill
 from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity
 
@@ -33,6 +34,7 @@ class TransferResult:
     prefilled: bool = False
     recompute: dict | None = None
     identity: dict | None = None  # how the cache was made (heterofold_hub.transfer.identity), for cache keys
+    deferred: DeferredRecompute | None = None  # a recompute that waits for the receiver's prompt (see transfer)
 
     def cache_key(self, row: int | None = None) -> str:
         """A key for a serving cache: equal only for caches made the same way (mapped or native, adapter and its
@@ -40,6 +42,24 @@ class TransferResult:
         if self.identity is None:
             raise HeteroFoldError("This result has no identity; make it with TransferPipeline.transfer or native_prefill.")
         return cache_key(self.identity, row)
+
+
+@dataclass
+class DeferredRecompute:
+    """A recompute asked for before the receiver's prompt was known, by a ``select`` that reads it (``statement``,
+    ``keywords``, ...): the hand-off keeps the sender's cache and the plan, and :meth:`apply` makes the recomputed
+    cache once the prompt arrives (:meth:`TransferPipeline.generate` calls it). Its cache is what
+    ``transfer(..., query=prompt)`` would have made; the call pays the map a second time."""
+
+    pipeline: TransferPipeline
+    sender_cache: object  # a SenderPrefill, or the sender's cache
+    plan: TransferPlan
+    settings: RecomputeSettings
+
+    def apply(self, prompt: str | list[str]) -> TransferResult:
+        s = self.settings
+        return self.pipeline.transfer(self.sender_cache, plan=self.plan, recompute=s.fraction, select=s.select,
+                                      query=prompt, repair_layers=s.repair_layers)
 
 
 @torch.no_grad()
@@ -146,6 +166,11 @@ class TransferPipeline:
         dtype = self.receiver.model.dtype
         if not settings.active:
             return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan)
+        if query is None and needs_query(settings.select):
+            pure = self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan,
+                                {**settings.describe(), "share": 0.0, "deferred": True})
+            pure.deferred = DeferredRecompute(self, sender_cache, plan, settings)
+            return pure
         working, choice = recomputed_layers(
             settings, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
             map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed),
@@ -168,6 +193,8 @@ class TransferPipeline:
         tokens of ``prompt`` (read natively by the receiver; needs ``tokenizer``). Rows whose prompts have the
         same token count share one ``generate`` call, so no padding ever sits between a context and its prompt;
         the new tokens of all rows come back right-padded with the pad id. Returns ``[B, new]``."""
+        if result.deferred is not None and prompt is not None:  # without a prompt there is nothing to select by
+            result = result.deferred.apply(prompt)
         if prompt is None:
             return _generate(model, result.cache, result.input_ids, result.attention_mask, **kwargs)
         if tokenizer is None:
