@@ -161,3 +161,23 @@ def test_recompute_everything_into_gemma3_past_its_window_is_native_prefill(smol
     assert model.generate(full, **kw).tolist() == model.generate(native, **kw).tolist()
     pure, zero = model.transfer(prefill, long_text), model.transfer(prefill, long_text, recompute=0)
     assert all(torch.equal(a.keys, b.keys) for a, b in zip(pure.cache.layers, zero.cache.layers))
+
+
+def test_a_deferred_statement_recompute_is_the_one_made_with_the_question_known(smol, gemma):
+    """The question unknown at hand-off time: the statement recompute made when Gemma 3 reads its prompt is the
+    cache made with query= at transfer time, past Gemma 3's sliding window (the fact opens a 900-token document),
+    and the receiver answers the stated fact from it."""
+    from heterofold_hub import HeteroFoldModel
+
+    model = HeteroFoldModel.from_pretrained(smol, gemma, local_files_only=True)
+    helpers = "".join(f"def scale_{i}(values):\n    return [v * {i} for v in values]\n\n" for i in range(2, 40))
+    document = "# facts\n# the code of amber-falcon is 73914\n# the code of quiet-river is 50218\n\n" + helpers
+    question = "# recall: the code of amber-falcon is "
+    prefill = model.prefill_sender(document)
+    deferred = model.transfer(prefill, document, recompute=0.05, select="statement")
+    asked = model.transfer(prefill, document, recompute=0.05, select="statement", query=question)
+    assert deferred.recompute["deferred"] and 0 < asked.recompute["share"] <= 0.05
+    for made, want in zip(deferred.deferred.apply(question).cache.layers, asked.cache.layers, strict=True):
+        assert torch.equal(made.keys, want.keys) and torch.equal(made.values, want.values)
+    answer = model.generate(deferred, prompt=question, max_new_tokens=6, do_sample=False)
+    assert gemma.tokenizer.decode(answer[0], skip_special_tokens=True).strip().startswith("73914")
