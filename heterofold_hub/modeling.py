@@ -152,14 +152,11 @@ class HeteroFoldModel:
     def transfer_defaults(self, given: dict) -> dict:
         """The adapter version's recommended recompute (the smallest measured to keep >= 90% of native retrieval,
         recorded in the registry), unless the call sets any of recompute, select or repair_layers itself
-        (``recompute=0`` is the pure transfer). A recommendation whose select reads the receiver's prompt applies
-        only to calls that pass it (``query=``); without one the call is the pure transfer."""
-        from heterofold_hub.transfer.selection import needs_query
-
+        (``recompute=0`` is the pure transfer). A recommendation whose select reads the receiver's prompt uses
+        ``query=`` when the call passes it, and otherwise waits for :meth:`generate`'s prompt (the result keeps the
+        sender's cache until then: :class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
         recommended = None if self.resolved is None else self.resolved.recommended
         if recommended is None or given.keys() & {"recompute", "select", "repair_layers"}:
-            return {}
-        if needs_query(recommended["select"]) and given.get("query") is None:
             return {}
         return {"recompute": recommended["recompute"], "select": recommended["select"],
                 "repair_layers": recommended["repair_layers"]}

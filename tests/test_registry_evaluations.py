@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from heterofold_hub.hub.registry import Registry, RegistryError
 from heterofold_hub.modeling import HeteroFoldModel
@@ -73,7 +74,7 @@ def test_the_recommended_setting_is_the_default_and_recompute_0_the_pure_transfe
     assert json.loads(registry_copy.read_text())["schema_version"] == 1
 
 
-def test_a_recommendation_that_reads_the_prompt_applies_only_to_calls_that_pass_it(registry_copy):
+def test_a_recommendation_that_reads_the_prompt_uses_the_query_or_waits_for_the_receivers_prompt(registry_copy):
     registry = Registry.load(registry_copy)
     evaluation = {**EVALUATION, "recommended": {"recompute": 0.2, "select": "statement", "repair_layers": 0}}
     registry.add_evaluation(repo_id=REPO, version=version_of(registry, REPO).version, evaluation=evaluation)
@@ -82,14 +83,20 @@ def test_a_recommendation_that_reads_the_prompt_applies_only_to_calls_that_pass_
                                             registry=registry_copy)
     text = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
     prefill = model.prefill_sender(text)
-    assert model.transfer(prefill, text).recompute is None  # no prompt: the pure transfer, never an error
-    asked = model.transfer(prefill, text, query="def sub(").recompute
-    assert asked["select"] == "statement" and asked["fraction"] == 0.2 and 0 < asked["share"] <= 0.2
+    waiting = model.transfer(prefill, text)  # no query: the pure transfer's cache, the recompute deferred
+    assert waiting.recompute["deferred"] and waiting.recompute["select"] == "statement"
+    kw = dict(max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    assert model.generate(waiting, **kw).shape == (1, 3)  # no prompt either: continues from the pure transfer
+    asked = model.transfer(prefill, text, query="def sub(")
+    assert asked.recompute["select"] == "statement" and asked.recompute["fraction"] == 0.2
+    assert 0 < asked.recompute["share"] <= 0.2
+    assert torch.equal(model.generate(waiting, prompt="def sub(", **kw), model.generate(asked, prompt="def sub(", **kw))
     assert model.transfer(prefill, text, query="def sub(", recompute=0).recompute is None
     from helpers import hf_fold
 
     shown = hf_fold("show", REPO, "--registry", str(registry_copy))
-    assert "recompute 0.2 by statement (calls with query=)" in shown.stdout, shown.stdout + shown.stderr
+    assert "recompute 0.2 by statement (reads the prompt)" in shown.stdout, (
+        shown.stdout + shown.stderr)
 
 
 def test_show_lists_the_evaluations_beside_the_published_metrics(registry_copy):

@@ -176,7 +176,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
             results = ", ".join(f"{k} {v:.3g}" for k, v in e.results.items())
             recommended = "none" if e.recommended is None else (
                 f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
-                + (" (calls with query=)" if _reads_prompt(e.recommended["select"]) else "")
+                + (" (reads the prompt)" if _reads_prompt(e.recommended["select"]) else "")
                 + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
             data = e.data + (f", {e.windows} x {e.context_tokens} tokens" if e.windows and e.context_tokens else "")
             added.add_row(version, e.task, data, e.date, results, recommended)
@@ -192,7 +192,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
 
 
 def _reads_prompt(select: str) -> bool:
-    """Whether a recommended ``select`` applies only to calls that pass the prompt (loads torch: call sparingly)."""
+    """Whether a recommended ``select`` reads the receiver's prompt (loads torch: call sparingly)."""
     from heterofold_hub.transfer.selection import needs_query
 
     return needs_query(select)
