@@ -9,10 +9,11 @@ never edits the registry by itself:
     python benchmarks/evaluate_registry.py record            # adds one fidelity evaluation per version to registry.json
     python benchmarks/evaluate_registry.py recommend         # adds the hand-off's recommended recompute setting
 
-``recommend`` reads the committed hand-off experiments (``benchmarks/results/real-s2g-handoff*.json``): among the
-settings measured at every length, on at least ``--min-docs`` documents per cell, it takes the one recomputing
-the least that keeps at least 90% of native exact match in every cell (format x length), and records it, with
-every cell's share kept and the end-to-end speed-ups of ``real-s2g-handoff-speed``, as the adapter version's
+``recommend`` reads one pair's committed hand-off experiments (``benchmarks/results/PREFIX*.json``, ``--experiments
+PREFIX``, ``real-s2g-handoff`` by default): among the settings a user can run (not the oracle, which needs the
+answer's place) measured at every length, on at least ``--min-docs`` documents per cell, it takes the one
+recomputing the least that keeps at least 90% of native exact match in every cell (format x length), and records
+it, with every cell's share kept and the end-to-end speed-ups of ``PREFIX-speed``, as the adapter version's
 recommended setting. Where none qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
@@ -139,9 +140,16 @@ def handoff_cells(paths: list[Path], min_docs: int) -> tuple[dict, dict]:
 
 
 def recommend(args) -> None:
-    paths = sorted(args.results.glob("real-s2g-handoff*.json"))
-    speed_path = args.results / "real-s2g-handoff-speed.json"
+    paths = sorted(args.results.glob(f"{args.experiments}*.json"))
+    speed_path = args.results / f"{args.experiments}-speed.json"
+    if not paths:
+        raise SystemExit(f"no hand-off results {args.experiments}*.json in {args.results}: run the pair's hand-off "
+                         "experiments (python -m benchmarks list), or pass --experiments PREFIX.")
+    if not speed_path.exists():
+        raise SystemExit(f"{speed_path.name} is missing: time the pair's settings (python -m benchmarks run "
+                         f"{args.experiments}-speed --stage handoff-speed), then recommend.")
     cells, made = handoff_cells([p for p in paths if p != speed_path], args.min_docs)
+    cells = {name: rows for name, rows in cells.items() if not name.startswith("oracle")}  # needs the answer's place
     speed = json.loads(speed_path.read_text())["stages"]["handoff-speed"]
     made[speed_path.name] = speed["provenance"]
     for name, block in made.items():
@@ -168,7 +176,7 @@ def recommend(args) -> None:
     lengths_timed = speed["result"]["lengths"]
     if name not in next(iter(lengths_timed.values()))["settings"]:
         raise SystemExit(f"{name} is not in {speed_path.name}: time it (python -m benchmarks run "
-                         "real-s2g-handoff-speed --stage handoff-speed), then recommend.")
+                         f"{args.experiments}-speed --stage handoff-speed), then recommend.")
     results = {f"kept_{fmt}_{n}": r["kept"] for (fmt, n), r in sorted(rows.items())}
     results |= {f"recomputed_{fmt}_{n}": r["recomputed_share"] for (fmt, n), r in sorted(rows.items())}
     results |= {f"speedup_{n}": row["settings"][name]["speedup"] for n, row in lengths_timed.items()}
@@ -201,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-docs", type=int, default=96, help="recommend: documents a cell needs to count")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
                         help="recommend: the folder of the hand-off experiments' results")
+    parser.add_argument("--experiments", default="real-s2g-handoff",
+                        help="recommend: the pair's hand-off experiments, by name prefix (real-g2s-handoff: the "
+                             "other direction)")
     args = parser.parse_args(argv)
     {"score": score, "record": record, "recommend": recommend}[args.step](args)
 

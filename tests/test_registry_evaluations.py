@@ -152,3 +152,28 @@ def test_recommend_records_the_least_recompute_that_keeps_90_percent_everywhere(
                   dirty=True)
     with pytest.raises(SystemExit, match="uncommitted changes"):
         evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
+
+
+def test_recommend_reads_the_named_pairs_experiments_and_never_recommends_the_oracle(registry_copy, tmp_path):
+    """``--experiments real-g2s-handoff`` reads that pair's files only; the oracle (it needs the answer's place) keeps
+    the most for the least but is no setting a user can run; a missing speed file is named with its command."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _handoff_file(results / "real-g2s-handoff.json", "handoff", _cells(512, {
+        "oracle": (1.0, 0.005), "oracle+2": (1.0, 0.1), "statement@0.05": (0.93, 0.03), "tail@0.01": (0.5, 0.01)}))
+    _handoff_file(results / "real-s2g-handoff.json", "handoff", _cells(512, {"tail@0.01": (0.99, 0.01)}))
+    argv = ["recommend", "--registry", str(registry_copy), "--results", str(results),
+            "--experiments", "real-g2s-handoff"]
+    with pytest.raises(SystemExit, match="real-g2s-handoff-speed.json is missing: .*run real-g2s-handoff-speed"):
+        evaluate_registry.main(argv)
+    timed = {"settings": {"transfer": {"speedup": 20.0}, "statement@0.05": {"speedup": 12.0}}}
+    _handoff_file(results / "real-g2s-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    evaluate_registry.main(argv)
+    evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
+    assert evaluation.recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0}
+    assert evaluation.results["kept_code_512"] == 0.93 and evaluation.results["speedup_2047"] == 12.0
