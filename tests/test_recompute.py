@@ -201,7 +201,8 @@ def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
 def test_a_recompute_that_reads_the_prompt_waits_for_it(arch, bpe, unigram):
     """Asked for without query=, a prompt-reading recompute keeps the pure transfer's cache until the receiver reads
     its prompt, then gives what transfer(..., query=prompt) gives: the same cache (past Gemma 3's window too) and
-    the same continuation. Without a prompt it continues from the pure transfer."""
+    the same continuation, whether it reuses the pure transfer's mapped rows or (that cache grown by generation)
+    maps afresh. Without a prompt it continues from the pure transfer."""
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     prompt, kw = ["def answer():", "return"], dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
@@ -216,9 +217,13 @@ def test_a_recompute_that_reads_the_prompt_waits_for_it(arch, bpe, unigram):
     assert applied.recompute == asked.recompute and 0 < asked.recompute["share"] <= 0.1
     for (k, k0), (v, v0), _ in layer_pairs(applied, asked):
         assert torch.equal(k, k0) and torch.equal(v, v0)
+    for (k, k0), (v, v0), _ in layer_pairs(deferred, pure):  # the pure cache it started from is left as it was
+        assert torch.equal(k, k0) and torch.equal(v, v0)
     assert torch.equal(pipe.generate(deferred, prompt=prompt, **kw), pipe.generate(asked, prompt=prompt, **kw))
     again = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement")
     assert torch.equal(pipe.generate(again, **kw), pipe.generate(pipe.transfer(prefill, CONTEXTS), **kw))
+    for (k, k0), (v, v0), _ in layer_pairs(again.deferred.apply(prompt), asked):  # its cache grew: mapped afresh
+        assert torch.equal(k, k0) and torch.equal(v, v0)
 
 
 def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, unigram):

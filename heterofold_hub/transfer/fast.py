@@ -70,11 +70,11 @@ class LayerStream:
     least ``MIN_CHUNK_TOKENS``). ``every_position`` maps every row of sliding-window layers too, for a working
     cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`); a ``[B, Tr]`` bool tensor instead
     maps only its rows in sliding-window layers (the windows a recompute attends to), every row of full layers,
-    and leaves the others zero.
+    and leaves the others zero. ``layers`` limits the stream to those receiver layers (default: every one).
     """
 
     def __init__(self, adapter: PairAdapter, plan: TransferPlan, *, dtype: torch.dtype, chunk_tokens: int | None = None,
-                 every_position: bool | torch.Tensor = False):
+                 every_position: bool | torch.Tensor = False, layers: list[int] | None = None):
         config = adapter.config
         if plan.alignment.native_prefix < config.min_native:
             raise HeteroFoldError(f"This plan computes {plan.alignment.native_prefix} prefix token(s) natively but the "
@@ -92,7 +92,8 @@ class LayerStream:
         factored = adapter.factored_maps(0)
         self.rank = None if factored is None else factored[0][0].shape[1]  # low rank: x @ a, then an addmm from it
         self.linear = self.affine or self.rank is not None  # written by _map_linear, straight into the cache
-        self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)}
+        self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)
+                        if layers is None or r in layers}
         self.arrived: dict[int, LayerKV] = {}
         self.mapped: dict[int, LayerKV] = {}
         self.direct = self.linear and dtype == self.compute_dtype  # map straight into the cache, no rounding step
@@ -366,17 +367,41 @@ def map_cache(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[Laye
 
 
 def map_every_position(adapter: PairAdapter, plan: TransferPlan, sender_layers: list[LayerKV], *,
-                       dtype: torch.dtype, needed: torch.Tensor | None = None) -> list[LayerKV]:
+                       dtype: torch.dtype, needed: torch.Tensor | None = None,
+                       mapped: list[LayerKV] | None = None) -> list[LayerKV]:
     """Receiver layers ``[B, Hr, Tr, Dr]`` with every position mapped, sliding-window layers included (a
     recompute's working cache); with ``needed`` ``[B, Tr]`` bool, sliding-window layers map only those rows and
-    hold zeros elsewhere."""
-    stream = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=True if needed is None else needed),
-                  sender_layers)
-    return [stream.mapped[r] for r in range(len(stream.mapped))]
+    hold zeros elsewhere.
+
+    ``mapped``: the layers :func:`map_cache` already made of this plan (full layers ``[B, Hr, Tr, Dr]``,
+    sliding-window layers their last window): copied, so only the sliding rows they dropped are mapped again."""
+    if mapped is None:
+        stream = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=True if needed is None else needed),
+                      sender_layers)
+        return [stream.mapped[r] for r in range(len(stream.mapped))]
+    tokens = plan.cache_tokens
+    short = [r for r, (keys, _) in enumerate(mapped) if keys.shape[2] < tokens]  # sliding layers: their window
+    missing = torch.ones((plan.batch_size, tokens), dtype=torch.bool) if needed is None else needed.clone()
+    if short:
+        missing[:, tokens - min(mapped[r][0].shape[2] for r in short):] = False  # rows every window still holds
+    fresh = {}
+    if short and bool(missing.any()):
+        fresh = _fed(LayerStream(adapter, plan, dtype=dtype, every_position=missing, layers=short), sender_layers).mapped
+    out = []
+    for r, (keys, values) in enumerate(mapped):
+        if r not in short:
+            out.append((keys.clone(), values.clone()))  # the recompute writes into its working cache
+            continue
+        held = keys.shape[2]
+        whole = fresh.get(r) or tuple(keys.new_zeros((*keys.shape[:2], tokens, keys.shape[3])) for _ in range(2))
+        for full, kept in zip(whole, (keys, values)):
+            full[:, :, tokens - held:] = kept
+        out.append(whole)
+    return out
 
 
 def _fed(stream: LayerStream, sender_layers: list[LayerKV]) -> LayerStream:
-    """``stream`` after every sender layer its adapter uses was pushed, in order."""
-    for layer in sorted({s for sources in stream.adapter.config.layer_sources for s in sources}):
+    """``stream`` after every sender layer its pending receiver layers read was pushed, in order."""
+    for layer in sorted(set().union(*stream.pending.values())):
         stream.push(layer, *sender_layers[layer])
     return stream

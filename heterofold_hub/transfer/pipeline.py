@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.transfer.kvcache import build_cache, cache_layers, check_cache
+from heterofold_hub.transfer.kvcache import LayerKV, build_cache, cache_layers, check_cache
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
@@ -49,17 +49,24 @@ class DeferredRecompute:
     """A recompute asked for before the receiver's prompt was known, by a ``select`` that reads it (``statement``,
     ``keywords``, ...): the hand-off keeps the sender's cache and the plan, and :meth:`apply` makes the recomputed
     cache once the prompt arrives (:meth:`TransferPipeline.generate` calls it). Its cache is what
-    ``transfer(..., query=prompt)`` would have made; the call pays the map a second time."""
+    ``transfer(..., query=prompt)`` would have made (to float rounding). It starts from the pure transfer's
+    ``mapped`` cache and maps again only the sliding-window rows that cache dropped and the recompute reads; if
+    that cache was extended since (generation ran on it), it maps afresh."""
 
     pipeline: TransferPipeline
     sender_cache: object  # a SenderPrefill, or the sender's cache
     plan: TransferPlan
     settings: RecomputeSettings
+    mapped: DynamicCache | None = None  # the pure transfer's cache
 
     def apply(self, prompt: str | list[str]) -> TransferResult:
-        s = self.settings
-        return self.pipeline.transfer(self.sender_cache, plan=self.plan, recompute=s.fraction, select=s.select,
-                                      query=prompt, repair_layers=s.repair_layers)
+        tokens = self.plan.cache_tokens
+        layers = None if self.mapped is None else cache_layers(self.mapped)
+        untouched = layers is not None and all(
+            getattr(layer, "cumulative_length", keys.shape[2]) == tokens and keys.shape[2] <= tokens
+            for layer, (keys, _) in zip(self.mapped.layers, layers))
+        return self.pipeline._recomputed(self.sender_cache, self.plan, self.settings, query=prompt,
+                                         mapped=layers if untouched else None)
 
 
 @torch.no_grad()
@@ -169,11 +176,21 @@ class TransferPipeline:
         if query is None and needs_query(settings.select):
             pure = self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan,
                                 {**settings.describe(), "share": 0.0, "deferred": True})
-            pure.deferred = DeferredRecompute(self, sender_cache, plan, settings)
+            pure.deferred = DeferredRecompute(self, sender_cache, plan, settings, mapped=pure.cache)
             return pure
+        return self._recomputed(sender_cache, plan, settings, query=query, spans=spans, texts=texts)
+
+    def _recomputed(self, sender_cache, plan: TransferPlan, settings: RecomputeSettings, *, query=None, spans=None,
+                    texts: list[str] | None = None, mapped: list[LayerKV] | None = None) -> TransferResult:
+        """The mapped cache with ``settings``' recompute applied; ``mapped``: layers already mapped of this plan
+        (a pure transfer's), which the working cache starts from."""
+        prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
+        layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
+        dtype = self.receiver.model.dtype
         working, choice = recomputed_layers(
             settings, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
-            map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed),
+            map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed,
+                                                       mapped=mapped),
             sender_mask=None if prefill is None else prefill.attention_mask,
             surprisal=None if prefill is None else prefill.surprisal,
             query=None if query is None else _per_row(query, plan.batch_size, "query"), spans=spans, texts=texts)
