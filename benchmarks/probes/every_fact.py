@@ -19,12 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.evaluation.handoff import FORMATS, PROSE_FACT, make_handoff_prompts, mcnemar  # noqa: E402
-from heterofold_hub.evaluation.retrieval import exact_match, filler_texts, known_facts  # noqa: E402
+from heterofold_hub.evaluation.handoff import FORMATS, PROSE_FACT, make_handoff_prompts  # noqa: E402
+from heterofold_hub.evaluation.retrieval import filler_texts, known_facts  # noqa: E402
 from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
 from heterofold_hub.transfer.pipeline import native_prefill  # noqa: E402
 from heterofold_hub.zoo.retrieval import fact_line  # noqa: E402
+
+from answers import Answers, print_rows  # noqa: E402 (this folder's)
 
 # one statement per format, as the documents write them (name and value captured)
 STATEMENT = {"code": re.compile(re.escape(fact_line("NAME", "0").rstrip("\n")).replace("NAME", r"\S+").replace("0", r"\d+")),
@@ -48,14 +50,13 @@ def main() -> None:
     args = parser.parse_args()
     model = HeteroFoldModel.from_pretrained("gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m",
                                             load_sender=True)
-    receiver, tok = model.receiver, model.receiver.tokenizer
+    receiver = model.receiver
     fillers = filler_texts(read_texts("bundled:unseen"))
     exclude = known_facts(read_texts("bundled:wide"))  # as the hand-off harness draws its documents
     result = {"docs": args.docs, "length": args.length, "tails": args.tails, "formats": {}}
     for fmt in args.formats:
         prompts = make_handoff_prompts(fillers, receiver, args.length, args.docs, fmt=fmt, exclude=exclude)
-        hits: dict[str, list[int]] = {}
-        shares: dict[str, list[float]] = {}
+        answers = Answers()
         for p in prompts:
             spans = fact_spans(p.context, fmt)
             assert any(a <= p.span[0] and p.span[1] <= b for a, b in spans), "the asked statement is not found"
@@ -73,21 +74,10 @@ def main() -> None:
                 last = [(int(len(p.context) * (1 - tail)), len(p.context))]
                 make[f"every fact line+last {tail:g}"] = (
                     lambda last=last: model.transfer(prefill, [p.context], select="oracle", spans=[spans + last]))
-            for name, cache in make.items():
-                made = cache()
-                answer = model.generate(made, prompt=p.question, max_new_tokens=7, do_sample=False)
-                hits.setdefault(name, []).append(int(exact_match(tok.decode(answer[0], skip_special_tokens=True),
-                                                                 p.answer)))
-                shares.setdefault(name, []).append((made.recompute or {}).get("share", float(name == "native")))
-        rows = {name: {"accuracy": sum(h) / len(h), "recomputed_share": sum(shares[name]) / len(h),
-                       "mcnemar_p_vs_asked": mcnemar(hits["asked line (oracle)"], h), "hits": h}
-                for name, h in hits.items()}
+            answers.score(model, p, make)
+        rows = answers.rows("asked line (oracle)", "mcnemar_p_vs_asked")
         result["formats"][fmt] = rows
-        print(f"\n{fmt}, {args.length} tokens, {args.docs} documents")
-        for name, row in rows.items():
-            kept = row["accuracy"] / rows["native"]["accuracy"] if rows["native"]["accuracy"] else float("nan")
-            print(f"  {name:22} {row['accuracy']:.2f} ({kept:.2f} of native), recomputed {row['recomputed_share']:.3f},"
-                  f" p vs asked line {row['mcnemar_p_vs_asked']:.3f}")
+        print_rows(f"{fmt}, {args.length} tokens, {args.docs} documents", rows, "mcnemar_p_vs_asked")
     if args.out:
         write_json_atomic(args.out, result)
         print(f"wrote {args.out}")

@@ -18,11 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.evaluation.handoff import FORMATS, make_handoff_prompts, mcnemar  # noqa: E402
-from heterofold_hub.evaluation.retrieval import exact_match, filler_texts, known_facts  # noqa: E402
+from heterofold_hub.evaluation.handoff import FORMATS, make_handoff_prompts  # noqa: E402
+from heterofold_hub.evaluation.retrieval import filler_texts, known_facts  # noqa: E402
 from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
 from heterofold_hub.transfer.pipeline import native_prefill  # noqa: E402
+
+from answers import Answers, print_rows  # noqa: E402 (this folder's)
 
 MODELS = {"s2g": ("gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
           "g2s": ("gguf/gemma3-270m-q4_k_m", "gguf/smollm2-135m-instruct-q4_1")}
@@ -47,15 +49,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = parser.parse_args()
     model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
-    receiver, tok = model.receiver, model.receiver.tokenizer
+    receiver = model.receiver
     fillers = filler_texts(read_texts("bundled:unseen"))
     exclude = known_facts(read_texts("bundled:wide"))  # as the hand-off harness draws its documents
     result = {"direction": args.direction, "adapter": model.pipeline.source, "docs": args.docs, "length": args.length,
               "formats": {}}
     for fmt in args.formats:
         prompts = make_handoff_prompts(fillers, receiver, args.length, args.docs, fmt=fmt, exclude=exclude)
-        hits: dict[str, list[int]] = {}
-        shares: dict[str, list[float]] = {}
+        answers = Answers()
         for p in prompts:
             prefill = model.prefill_sender([p.context])
             make = {"native": lambda: native_prefill(receiver, [p.context]),  # fresh caches: generate grows them
@@ -63,21 +64,11 @@ def main() -> None:
                                                              query=p.question)}
             for name, span in line_spans(p.context, p.span).items():
                 make[name] = lambda span=span: model.transfer(prefill, [p.context], select="oracle", spans=[[span]])
-            for name, cache in make.items():
-                made = cache()
-                answer = model.generate(made, prompt=p.question, max_new_tokens=7, do_sample=False)
-                hits.setdefault(name, []).append(int(exact_match(tok.decode(answer[0], skip_special_tokens=True),
-                                                                 p.answer)))
-                shares.setdefault(name, []).append((made.recompute or {}).get("share", float(name == "native")))
-        rows = {name: {"accuracy": sum(h) / len(h), "recomputed_share": sum(shares[name]) / len(h),
-                       "mcnemar_p_vs_statement": mcnemar(hits["statement@0.05"], h), "hits": h}
-                for name, h in hits.items()}
+            answers.score(model, p, make)
+        rows = answers.rows("statement@0.05", "mcnemar_p_vs_statement")
         result["formats"][fmt] = rows
-        print(f"\n{args.direction}, {fmt}, {args.length} tokens, {args.docs} documents")
-        for name, row in rows.items():
-            kept = row["accuracy"] / rows["native"]["accuracy"] if rows["native"]["accuracy"] else float("nan")
-            print(f"  {name:32} {row['accuracy']:.2f} ({kept:.2f} of native), recomputed "
-                  f"{row['recomputed_share']:.3f}, p vs statement {row['mcnemar_p_vs_statement']:.3f}")
+        print_rows(f"{args.direction}, {fmt}, {args.length} tokens, {args.docs} documents", rows,
+                   "mcnemar_p_vs_statement")
     if args.out:
         write_json_atomic(args.out, result)
         print(f"wrote {args.out}")
