@@ -39,7 +39,9 @@ DIRECTIONS = {
         "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.1.0",
         "fidelity": {512: (("real-g2s", "train", "heterofold"), ("real-g2s", "train", "kv-ridge")),
                      2048: (("real-g2s", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
-        "retrieval": None,  # no committed retrieval result with SmolLM2 receiving
+        "retrieval": [(("real-g2s-handoff", "handoff"), "code", "statement@0.05"),
+                      (("real-g2s-handoff", "handoff"), "prose", "statement@0.05")],
+        "speed": (("real-g2s-handoff-speed", "handoff-speed"), "statement@0.05"),
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
         "faster": ("real-g2s-rank64", "compress:rank64", "rank64"),
@@ -88,6 +90,9 @@ def _row(result: dict, method: str) -> dict:
     return result["methods"][method]
 
 
+FORMAT_LABELS = {"code": "facts in code comments", "prose": "facts in prose"}
+
+
 def expect_markdown(direction: str, prefix: str = "") -> str:
     """The "what to expect" table of one direction. ``prefix`` makes the source links relative to the page that
     shows it ("" from the repository root)."""
@@ -107,7 +112,8 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
         rows = result["formats"][fmt][length]
         acc = lambda name: f"{rows[name]['accuracy']:.2f} ± {rows[name]['accuracy_se']:.2f}"  # noqa: E731
         lines.append(
-            f"| exact-fact retrieval, {length} tokens ({result['docs']} documents) | native {acc('native')}; "
+            f"| exact-fact retrieval, {FORMAT_LABELS[fmt]}, {length} tokens ({result['docs']} documents) | "
+            f"native {acc('native')}; "
             f"pure transfer {acc('transfer')}; recompute `{setting}` {acc(setting)} ({rows[setting]['kept']:.2f} of "
             f"native, {rows[setting]['recomputed_share']:.1%} of the context recomputed) | {_link(file, prefix)} |")
     if spec.get("speed"):
@@ -181,21 +187,24 @@ def _published_as(weights_sha256: str) -> str | None:
 
 def _limits(direction: str) -> str:
     spec = DIRECTIONS[direction]
+    file, fmt, setting = spec["retrieval"][0]
+    rows = _load(file)["formats"][fmt][str(_load(file)["lengths"][0])]
+    gist = (f"a pure transfer keeps the gist, not exact facts: {rows['transfer']['accuracy']:.2f} exact match where "
+            f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter "
+            "(`statement` reads the question: at transfer time, or deferred to `generate(prompt=)`)")
     if direction == "s2g":
-        file, fmt, _ = spec["retrieval"][0]
-        rows = _load(file)["formats"][fmt][str(_load(file)["lengths"][0])]
-        return (f"a pure transfer keeps the gist, not exact facts: {rows['transfer']['accuracy']:.2f} exact match where "
-                f"native prefill answers {rows['native']['accuracy']:.2f}, so ask for recompute when facts matter "
-                "(`statement` reads the question: at transfer time, or deferred to `generate(prompt=)`); valid only for these exact weights and tokenizers")
+        return f"{gist}; valid only for these exact weights and tokenizers"
     prose = _load(spec["prose"])
     r = _row(prose, "heterofold")
-    return (f"weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} on {prose['windows']} windows of package "
-            "READMEs); exact-fact retrieval into SmolLM2 not measured; valid only for these exact weights and tokenizers")
+    return (f"{gist}, and even then facts in code comments come back only in part (`{setting}` keeps "
+            f"{rows[setting]['kept']:.2f} of native); weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} "
+            f"on {prose['windows']} windows of package READMEs); valid only for these exact weights and tokenizers")
 
 
 def _limits_sources(direction: str, prefix: str) -> str:
     spec = DIRECTIONS[direction]
-    return _link(spec["retrieval"][0][0] if direction == "s2g" else spec["prose"], prefix)
+    sources = [spec["retrieval"][0][0]] + ([spec["prose"]] if "prose" in spec else [])
+    return _links(tuple(sources), prefix)
 
 
 def adapters_markdown(root: Path = ROOT) -> str:
