@@ -40,7 +40,9 @@ DIRECTIONS = {
         "fidelity": {512: (("real-g2s", "train", "heterofold"), ("real-g2s", "train", "kv-ridge")),
                      2048: (("real-g2s", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
         "retrieval": [(("real-g2s-handoff", "handoff"), "code", "statement@0.05"),
-                      (("real-g2s-handoff", "handoff"), "prose", "statement@0.05")],
+                      (("real-g2s-handoff", "handoff"), "prose", "statement@0.05"),
+                      (("real-g2s-handoff-1024", "handoff"), "code", "statement@0.05"),
+                      (("real-g2s-handoff-1024", "handoff"), "prose", "statement@0.05")],
         "speed": (("real-g2s-handoff-speed", "handoff-speed"), "statement@0.05"),
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
@@ -196,8 +198,10 @@ def _limits(direction: str) -> str:
         return f"{gist}; valid only for these exact weights and tokenizers"
     prose = _load(spec["prose"])
     r = _row(prose, "heterofold")
+    code = [f"{_load(f)['formats'][fm][str(_load(f)['lengths'][0])][setting]['kept']:.2f} of native at "
+            f"{_load(f)['lengths'][0]} tokens" for f, fm, _ in spec["retrieval"] if fm == "code"]
     return (f"{gist}, and even then facts in code comments come back only in part (`{setting}` keeps "
-            f"{rows[setting]['kept']:.2f} of native); weaker on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} "
+            f"{', '.join(code)}); less context benefit kept on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} "
             f"on {prose['windows']} windows of package READMEs); valid only for these exact weights and tokenizers")
 
 
