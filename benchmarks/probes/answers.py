@@ -3,10 +3,48 @@ and sum them up paired against one of them."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Callable
 
-from heterofold_hub.evaluation.handoff import mcnemar
-from heterofold_hub.evaluation.retrieval import exact_match
+from heterofold_hub.data.texts import read_texts
+from heterofold_hub.evaluation.handoff import FORMATS, HandoffPrompt, make_handoff_prompts, mcnemar
+from heterofold_hub.evaluation.retrieval import exact_match, filler_texts, known_facts
+from heterofold_hub.io import write_json_atomic
+from heterofold_hub.modeling import HeteroFoldModel
+
+MODELS = {"s2g": ("gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
+          "g2s": ("gguf/gemma3-270m-q4_k_m", "gguf/smollm2-135m-instruct-q4_1")}
+
+
+def probe_parser(doc: str, *, formats: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The options every retrieval probe takes: direction, documents, length, formats and where to write."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--direction", choices=sorted(MODELS), default="g2s")
+    parser.add_argument("--docs", type=int, default=96)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--formats", nargs="+", default=list(formats), choices=FORMATS)
+    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    return parser
+
+
+def open_probe(args) -> tuple[HeteroFoldModel, Callable[[str], list[HandoffPrompt]], dict]:
+    """The direction's model (sender loaded), the documents of a format as the hand-off harness draws them, and the
+    result's header."""
+    model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
+    fillers = filler_texts(read_texts("bundled:unseen"))
+    exclude = known_facts(read_texts("bundled:wide"))
+    documents = lambda fmt: make_handoff_prompts(fillers, model.receiver, args.length, args.docs, fmt=fmt,  # noqa: E731
+                                                  exclude=exclude)
+    header = {"direction": args.direction, "adapter": model.pipeline.source, "docs": args.docs, "length": args.length,
+              "formats": {}}
+    return model, documents, header
+
+
+def save(args, result: dict) -> None:
+    if args.out:
+        write_json_atomic(args.out, result)
+        print(f"wrote {args.out}")
 
 
 class Answers:

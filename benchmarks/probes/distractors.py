@@ -12,7 +12,6 @@ being native is what helps: the mapped rows of the other facts no longer compete
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -20,15 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.evaluation.handoff import FORMATS, make_handoff_prompts  # noqa: E402
-from heterofold_hub.evaluation.retrieval import ANSWER_RE, filler_texts, known_facts  # noqa: E402
-from heterofold_hub.io import write_json_atomic  # noqa: E402
-from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
+from heterofold_hub.evaluation.retrieval import ANSWER_RE  # noqa: E402
 from heterofold_hub.transfer.pipeline import native_prefill  # noqa: E402
 
-MODELS = {"s2g": ("gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
-          "g2s": ("gguf/gemma3-270m-q4_k_m", "gguf/smollm2-135m-instruct-q4_1")}
+from answers import open_probe, probe_parser, save  # noqa: E402 (this folder's)
+
 KINDS = ("right", "another fact's value", "near miss", "other")
 
 
@@ -47,23 +42,12 @@ def kind(decoded: str, answer: str, context: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--direction", choices=sorted(MODELS), default="g2s")
-    parser.add_argument("--docs", type=int, default=96)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--formats", nargs="+", default=["prose"], choices=FORMATS)
-    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
-    args = parser.parse_args()
-    model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
+    args = probe_parser(__doc__, formats=("prose",)).parse_args()
+    model, documents, result = open_probe(args)
     receiver, tok = model.receiver, model.receiver.tokenizer
-    fillers = filler_texts(read_texts("bundled:unseen"))
-    exclude = known_facts(read_texts("bundled:wide"))  # as the hand-off harness draws its documents
-    result = {"direction": args.direction, "adapter": model.pipeline.source, "docs": args.docs, "length": args.length,
-              "formats": {}}
     for fmt in args.formats:
-        prompts = make_handoff_prompts(fillers, receiver, args.length, args.docs, fmt=fmt, exclude=exclude)
         kinds: dict[str, list[str]] = {"native": [], "statement@0.05": []}
-        for p in prompts:
+        for p in documents(fmt):
             prefill = model.prefill_sender([p.context])
             make = {"native": lambda: native_prefill(receiver, [p.context]),
                     "statement@0.05": lambda: model.transfer(prefill, [p.context], recompute=0.05, select="statement",
@@ -76,9 +60,7 @@ def main() -> None:
         print(f"\n{args.direction}, {fmt}, {args.length} tokens, {args.docs} documents")
         for name, row in counts.items():
             print(f"  {name:16} " + ", ".join(f"{k} {n}" for k, n in row.items()))
-    if args.out:
-        write_json_atomic(args.out, result)
-        print(f"wrote {args.out}")
+    save(args, result)
 
 
 if __name__ == "__main__":
