@@ -42,7 +42,8 @@ DIRECTIONS = {
         "retrieval": [(("real-g2s-handoff", "handoff"), "code", "statement@0.05"),
                       (("real-g2s-handoff", "handoff"), "prose", "statement@0.05"),
                       (("real-g2s-handoff-1024", "handoff"), "code", "statement@0.05"),
-                      (("real-g2s-handoff-1024", "handoff"), "prose", "statement@0.05")],
+                      (("real-g2s-handoff-1024", "handoff"), "prose", "statement@0.05"),
+                      (("real-g2s-handoff-2048", "handoff"), "code", "statement@0.05")],
         "speed": (("real-g2s-handoff-speed", "handoff-speed"), "statement@0.05"),
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
