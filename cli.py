@@ -44,6 +44,8 @@ RECOMPUTE = typer.Option(EvalArgs.recompute, help="Share of the context's mapped
 SELECT = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, tail, "
                       "chunk-start; statement, keywords, query and attention read the prompt (retrieval's question, bench's --query).")
 REPAIR_LAYERS = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every position.")
+MAPPED_KEY_SCALE = typer.Option(EvalArgs.mapped_key_scale, help="Factor on the keys of the rows left mapped after the "
+                                "recompute (below 1 they draw less attention from the receiver's own rows; 1: unchanged).")
 
 
 def _print_version(value: bool) -> None:
@@ -92,6 +94,7 @@ def eval_command(
     recompute: float = RECOMPUTE,
     select: str = SELECT,
     repair_layers: int = REPAIR_LAYERS,
+    mapped_key_scale: float = MAPPED_KEY_SCALE,
     question_by: str = typer.Option(RetrievalArgs.question_by, help="Retrieval: who reads the question: receiver (the "
                                     "hand-off: after the mapped cache) or sender (transferred with the context)."),
 ):
@@ -125,7 +128,8 @@ def eval_command(
         from heterofold_hub.commands.evaluate import run_eval
 
         run_eval(EvalArgs(**common, windows=EvalArgs.windows if windows is None else windows, dtype=dtype,
-                          recompute=recompute, select=select, repair_layers=repair_layers), conventions.data)
+                          recompute=recompute, select=select, repair_layers=repair_layers,
+                          mapped_key_scale=mapped_key_scale), conventions.data)
         return
     given = [flag for flag, value in (("--windows", windows), ("--dtype", dtype)) if value not in (None, EvalArgs.dtype)]
     if given:
@@ -134,7 +138,8 @@ def eval_command(
 
     args = RetrievalArgs(**common, plot_path=plot_path, lengths=parse_lengths(DEFAULT_LENGTHS if lengths is None else lengths),
                          docs=RetrievalArgs.docs if docs is None else docs, question_by=question_by,
-                         recompute=recompute, select=select, repair_layers=repair_layers)
+                         recompute=recompute, select=select, repair_layers=repair_layers,
+                         mapped_key_scale=mapped_key_scale)
     run_retrieval(args, conventions.data)
 
 
@@ -277,6 +282,7 @@ def bench_command(
     recompute: float = RECOMPUTE,
     select: str = SELECT,
     repair_layers: int = REPAIR_LAYERS,
+    mapped_key_scale: float = MAPPED_KEY_SCALE,
     query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select statement, keywords, query or attention."),
     both_ways: bool = typer.Option(BenchArgs.both_ways, "--both-ways", help="Also time receiver -> sender (the demo "
                                    "pair, given no --sender/--receiver, always runs both ways)."),
@@ -307,6 +313,7 @@ def bench_command(
     run_bench_command(BenchArgs(sender=sender, receiver=receiver, contexts=parse_contexts(contexts), repeats=repeats,
                                 data=data, json_path=json_path, plot_path=plot_path, device=device, dtype=dtype,
                                 pivot=pivot, recompute=recompute, select=select, repair_layers=repair_layers,
+                                mapped_key_scale=mapped_key_scale,
                                 query=query, both_ways=both_ways,
                                 adapters=[Path(a.strip()) for given in adapter for a in given.split(",") if a.strip()]),
                       conventions.data)

@@ -2,8 +2,8 @@
 (``python -m benchmarks run NAME --stage handoff``): exact-fact retrieval over recompute settings with the receiver
 reading its own question, and the end-to-end time of the user's call beside native prefill.
 
-A grid names the settings: ``"content:0.02,0.05;query+2:0.1;oracle"`` (select:fractions, +N repairs the first N
-layers too); the pure transfer always comes first.
+A grid names the settings: ``"content:0.02,0.05;query+2:0.1;oracle;statement~0.7:0.05"`` (select:fractions, +N
+repairs the first N layers too, ~S scales the keys left mapped by S); the pure transfer always comes first.
 """
 
 from __future__ import annotations
@@ -22,18 +22,20 @@ from heterofold_hub.modeling import HeteroFoldModel
 
 
 def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
-    """``"content:0.02,0.05;query+2:0.1;oracle;statement/deferred:0.05"`` -> settings, each with every ``repairs``
-    count; the pure transfer first. ``/deferred``: the transfer is made without the prompt, the recompute when the
-    receiver reads it."""
+    """``"content:0.02,0.05;query+2:0.1;oracle;statement~0.7/deferred:0.05"`` -> settings, each with every
+    ``repairs`` count; the pure transfer first. ``~S``: the keys left mapped scaled by S; ``/deferred``: the
+    transfer is made without the prompt, the recompute when the receiver reads it."""
     settings = [Setting("content", 0.0, r) for r in repairs]
     for part in filter(None, (p.strip() for p in grid.split(";"))):
         select, _, fractions = part.partition(":")
         select, _, deferred = select.partition("/")
         if deferred not in ("", "deferred"):
             raise HeteroFoldError(f"grid entry {part!r}: '/{deferred}' is not an option; the one is '/deferred'.")
+        select, _, scale = select.partition("~")  # "statement~0.7:0.05" scales the keys left mapped by 0.7
         select, _, repair = select.partition("+")  # "content+2:0.05" repairs the first 2 layers too
         for fraction in ([None] if select == "oracle" else [float(f) for f in fractions.split(",")]):
-            settings += [Setting(select, fraction or 0.0, r, deferred=bool(deferred))
+            settings += [Setting(select, fraction or 0.0, r, deferred=bool(deferred),
+                                 mapped_key_scale=float(scale) if scale else 1.0)
                          for r in ([int(repair)] if repair else repairs)]
     return list(dict.fromkeys(settings))
 

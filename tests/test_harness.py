@@ -300,7 +300,10 @@ def test_a_handoff_grid_names_its_settings_and_refuses_an_unknown_option():
     from benchmarks.handoff import parse_grid
     from heterofold_hub.errors import HeteroFoldError
 
-    names = [s.name for s in parse_grid("statement:0.05;statement/deferred:0.05;tail+2:0.1;oracle", [0])]
-    assert names == ["transfer", "statement@0.05", "statement@0.05 deferred", "tail@0.1+L2", "oracle"]
+    settings = parse_grid("statement:0.05;statement/deferred:0.05;tail+2:0.1;oracle;statement+1~0.7/deferred:0.05",
+                          [0])
+    assert [s.name for s in settings] == ["transfer", "statement@0.05", "statement@0.05 deferred", "tail@0.1+L2",
+                                          "oracle", "statement@0.05+L1 k0.7 deferred"]
+    assert [s.mapped_key_scale for s in settings] == [1.0] * 5 + [0.7]
     with pytest.raises(HeteroFoldError, match=r"'/later' is not an option.*'/deferred'"):
         parse_grid("statement/later:0.05", [0])

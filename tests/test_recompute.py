@@ -103,6 +103,42 @@ def test_partial_recompute_replaces_exactly_the_chosen_rows(arch, bpe, unigram):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_mapped_key_scale_scales_only_the_keys_left_mapped(arch, bpe, unigram):
+    """After the recompute, the keys of rows still mapped are the unscaled ones times the factor; recomputed rows,
+    native-prefix rows and every value are untouched (past Gemma 3's window too). On its own, the factor scales the
+    pure transfer's mapped keys."""
+    pipe = pipeline(arch, bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    plain = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail")
+    scaled = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail", mapped_key_scale=0.5)
+    assert scaled.recompute == {**plain.recompute, "mapped_key_scale": 0.5}
+    assert "mapped_key_scale" not in plain.recompute  # records of unscaled settings stay as they were
+    plan = pipe.plan(CONTEXTS)
+    columns = plan.cache_tokens
+    left = plan.alignment.mapped_mask.clone()
+    for row, count in enumerate(plan.alignment.mapped_mask.sum(1).tolist()):  # "tail": the last quarter recomputed
+        left[row, columns - round(count * 0.25):] = False
+    assert left.any() and (plan.alignment.native_mask & ~left).any()
+    scaled_any = False
+    for (k, kp), (v, vp), rows in layer_pairs(scaled, plain):
+        kept = k.shape[2]
+        mapped = left[:, -kept:][:, None, :, None] & rows
+        other = ~left[:, -kept:][:, None, :, None] & rows
+        assert torch.allclose(k * mapped, 0.5 * kp * mapped, atol=1e-6)  # a sliding window may hold none of them
+        assert torch.equal(k * other, kp * other) and torch.equal(v, vp)
+        scaled_any = scaled_any or bool((kp * mapped).abs().max() > 0)
+    assert scaled_any
+    pure, alone = pipe.transfer(prefill, CONTEXTS), pipe.transfer(prefill, CONTEXTS, mapped_key_scale=2.0)
+    assert alone.recompute["share"] == 0.0
+    rows_mapped = plan.alignment.mapped_mask
+    for (k, kp), (v, vp), rows in layer_pairs(alone, pure):
+        kept = k.shape[2]
+        mapped = rows_mapped[:, -kept:][:, None, :, None] & rows
+        assert torch.allclose(k * mapped, 2.0 * kp * mapped, atol=1e-5)
+        assert torch.equal(k * (rows & ~mapped), kp * (rows & ~mapped)) and torch.allclose(v * rows, vp * rows)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
 def test_a_recomputed_tail_is_the_receivers_own_continuation_of_the_mapped_rest(arch, bpe, unigram):
     """Recomputing the last positions is, at every layer, what the receiver computes when it reads those tokens after
     a cache holding the mapped rest: a plain transformers forward, with its own masks and sliding windows, is the
@@ -193,6 +229,9 @@ def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
         pipe.transfer(prefill, CONTEXTS, recompute=1.5)
     with pytest.raises(HeteroFoldError, match=r"select='nearest'.*content.*oracle"):
         pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="nearest")
+    for bad in (0, -0.5, True, "0.7"):
+        with pytest.raises(HeteroFoldError, match=r"mapped_key_scale=.*\(0, 4\].*mapped_key_scale=0\.7"):
+            pipe.transfer(prefill, CONTEXTS, recompute=0.1, mapped_key_scale=bad)
     with pytest.raises(HeteroFoldError, match="3 queries for 2 contexts"):
         pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query", query=["a", "b", "c"])
 

@@ -23,6 +23,8 @@ def probe_parser(doc: str, *, formats: tuple[str, ...]) -> argparse.ArgumentPars
     parser.add_argument("--direction", choices=sorted(MODELS), default="g2s")
     parser.add_argument("--docs", type=int, default=96)
     parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="which documents (the hand-off experiments use seed 0; screen settings on another)")
     parser.add_argument("--formats", nargs="+", default=list(formats), choices=FORMATS)
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     return parser
@@ -35,9 +37,9 @@ def open_probe(args) -> tuple[HeteroFoldModel, Callable[[str], list[HandoffPromp
     fillers = filler_texts(read_texts("bundled:unseen"))
     exclude = known_facts(read_texts("bundled:wide"))
     documents = lambda fmt: make_handoff_prompts(fillers, model.receiver, args.length, args.docs, fmt=fmt,  # noqa: E731
-                                                  exclude=exclude)
+                                                  exclude=exclude, seed=args.seed)
     header = {"direction": args.direction, "adapter": model.pipeline.source, "docs": args.docs, "length": args.length,
-              "formats": {}}
+              "seed": args.seed, "formats": {}}
     return model, documents, header
 
 

@@ -38,6 +38,7 @@ class BenchArgs:
     recompute: float = 0.0  # share of mapped positions heterofold's hand-off also recomputes (timed beside the map)
     select: str = "content"
     repair_layers: int = 0
+    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped
     query: str | None = None  # the receiver's prompt, for selections that read one (query, attention)
     both_ways: bool = False  # also time receiver -> sender (with the adapter registered for that direction)
     adapters: list[Path] = field(default_factory=list)  # packages timed beside the methods, each a row named by its folder
@@ -45,7 +46,8 @@ class BenchArgs:
     def recompute_settings(self):
         from heterofold_hub.transfer.recompute import RecomputeSettings
 
-        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
+        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                                 mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         problems = dtype_problems(self.dtype)
@@ -169,6 +171,7 @@ def bench_adapters(sender, receiver, pivot: str | None = None) -> tuple[dict, di
 def results_tables(result: dict) -> tuple[Table, Table]:
     """Two tables that fit a terminal: the times, and what they mean for heterofold's hand-off."""
     from heterofold_hub.evaluation.bench import WITH_RECOMPUTE  # here: `hf-fold --help` must not pay for torch
+    from heterofold_hub.evaluation.reports import scaled_keys
 
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
                         f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
@@ -180,7 +183,8 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     recomputed = result.get("recompute")
     title = "heterofold hand-off" + ("" if not recomputed else f", recomputing {recomputed['fraction']:g} by "
                                      f"{recomputed['select']}" + (f" + first {recomputed['repair_layers']} layers"
-                                                                  if recomputed["repair_layers"] else ""))
+                                                                  if recomputed["repair_layers"] else "")
+                                     + scaled_keys(recomputed))
     variant = ["with recompute"] if recomputed else []  # heterofold+recompute's end-to-end, beside the pure transfer's
     ratios = Table(title=title, caption="end-to-end: prefill / (plan + map), the headline; with recompute: prefill / "
                    "(plan + map + recompute + sender extra); "

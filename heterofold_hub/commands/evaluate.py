@@ -42,11 +42,13 @@ class EvalArgs:
     recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
     select: str = "content"  # which positions (query-agnostic strategies: fidelity has no prompt)
     repair_layers: int = 0  # receiver's first layers recomputed for every position
+    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped (1: unchanged)
 
     def recompute_settings(self):
         from heterofold_hub.transfer.recompute import RecomputeSettings
 
-        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
+        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                                 mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -60,7 +62,7 @@ class EvalArgs:
                 problems.append(f"--select: {settings.select!r} needs a prompt or answer spans, which fidelity windows do "
                                 "not have; choose content, digits, deviation, tail or chunk-start")
         except HeteroFoldError as bad:
-            problems.append(f"--recompute/--select/--repair-layers: {bad}")
+            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {bad}")
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:

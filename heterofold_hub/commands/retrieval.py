@@ -60,14 +60,16 @@ class RetrievalArgs:
     recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
     select: str = "content"
     repair_layers: int = 0
+    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped
 
     def recompute_kwargs(self) -> dict:
         """The transfer keywords for the recompute flags ({} for the pure transfer)."""
         from heterofold_hub.transfer.recompute import RecomputeSettings
 
-        settings = RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers)
-        return {"recompute": self.recompute, "select": self.select, "repair_layers": self.repair_layers} \
-            if settings.active else {}
+        settings = RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                                     mapped_key_scale=self.mapped_key_scale)
+        return {"recompute": self.recompute, "select": self.select, "repair_layers": self.repair_layers,
+                "mapped_key_scale": self.mapped_key_scale} if settings.active else {}
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -114,11 +116,12 @@ def _cell(row: dict, reference: bool) -> str:
 def results_table(result: dict) -> Table:
     """Rows: methods; columns: lengths; cells: exact-match accuracy (kept share of native accuracy)."""
     from heterofold_hub.evaluation.retrieval import REFERENCES
+    from heterofold_hub.evaluation.reports import scaled_keys
 
     recompute = result.get("recompute")
     how = f"question read by the {result.get('question_by', 'sender')}" + (
         "" if not recompute else f", recompute {recompute['recompute']:g} by {recompute['select']}"
-        + (f" + first {recompute['repair_layers']} layers" if recompute["repair_layers"] else ""))
+        + (f" + first {recompute['repair_layers']} layers" if recompute["repair_layers"] else "") + scaled_keys(recompute))
     table = Table(title=f"{result['sender']} -> {result['receiver']}: retrieval exact-match accuracy (kept = accuracy "
                         f"/ native accuracy), {result['docs']} docs per length, {how}")
     table.add_column("method")

@@ -118,18 +118,22 @@ def make_handoff_prompts(fillers: list[str], receiver: Side, length: int, docs: 
 class Setting:
     """One recompute setting: ``fraction`` of mapped positions chosen by ``select``, plus ``repair_layers``;
     ``deferred``: the transfer is made without the prompt, and the recompute when the receiver reads it
-    (:class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
+    (:class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`); ``mapped_key_scale``: the factor on the keys of
+    the rows left mapped (named ``kS``)."""
 
     select: str
     fraction: float
     repair_layers: int = 0
     deferred: bool = False
+    mapped_key_scale: float = 1.0
 
     @property
     def name(self) -> str:
         base = "transfer" if self.fraction == 0 and self.select != "oracle" else (
             "oracle" if self.select == "oracle" else f"{self.select}@{self.fraction:g}")
-        return base + (f"+L{self.repair_layers}" if self.repair_layers else "") + (" deferred" if self.deferred else "")
+        return (base + (f"+L{self.repair_layers}" if self.repair_layers else "")
+                + (f" k{self.mapped_key_scale:g}" if self.mapped_key_scale != 1 else "")
+                + (" deferred" if self.deferred else ""))
 
     def transfer(self, pipeline: TransferPipeline, prefill, texts: list[str], questions: list[str],
                  spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
@@ -137,7 +141,7 @@ class Setting:
         recompute applied to them, as ``generate(prompt=...)`` would)."""
         result = pipeline.transfer(prefill, texts, recompute=self.fraction, select=self.select,
                                    query=None if self.deferred else questions, repair_layers=self.repair_layers,
-                                   spans=spans)
+                                   mapped_key_scale=self.mapped_key_scale, spans=spans)
         return result.deferred.apply(questions) if result.deferred is not None else result
 
 

@@ -23,12 +23,19 @@ def fidelity_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def scaled_keys(recompute: dict) -> str:
+    """``", keys left mapped x0.7"`` for a recompute record with a key scale, else ``""``."""
+    scale = recompute.get("mapped_key_scale", 1)
+    return "" if scale == 1 else f", keys left mapped x{scale:g}"
+
+
 def fidelity_caption(result: dict) -> str:
     """One line on what the table measured."""
     recompute = result.get("recompute")  # a transfer followed by a selective native recompute
     how = "" if not recompute else (f"; after each map the receiver recomputed {recompute['fraction']:g} of the "
                                     f"context chosen by {recompute['select']}" + (
-                                        f" and its first {recompute['repair_layers']} layers" if recompute["repair_layers"] else ""))
+                                        f" and its first {recompute['repair_layers']} layers" if recompute["repair_layers"] else "")
+                                    + scaled_keys(recompute))
     return (f"**{result['sender']} -> {result['receiver']}**: {result['windows']} windows of "
             f"{result['context_tokens']} context + {result['continuation_tokens']} continuation receiver tokens; "
             f"context benefit {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token{how}")

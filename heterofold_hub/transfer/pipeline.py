@@ -137,7 +137,7 @@ class TransferPipeline:
 
     def transfer(self, sender_cache, texts: str | list[str] | None = None, *, plan: TransferPlan | None = None,
                  sender_position_ids: torch.Tensor | None = None, recompute: float = 0.0, select: str = "content",
-                 query: str | list[str] | None = None, repair_layers: int = 0,
+                 query: str | list[str] | None = None, repair_layers: int = 0, mapped_key_scale: float = 1.0,
                  spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
         """Map ``sender_cache`` (the sender's prefill of ``texts``, right-padded; best made by
         :func:`~heterofold_hub.transfer.sender.prefill_sender`) to a receiver cache.
@@ -149,10 +149,12 @@ class TransferPipeline:
         ``recompute``: share of the context's mapped positions the receiver then recomputes natively, chosen by
         ``select`` (see :mod:`~heterofold_hub.transfer.selection`; ``query`` is the receiver's prompt when known,
         for ``select="query"``; ``spans`` the character spans for ``select="oracle"``); ``repair_layers``: the
-        receiver's first layers recomputed for every position. ``recompute=1`` gives native prefill; the default
-        0 is the pure transfer.
+        receiver's first layers recomputed for every position; ``mapped_key_scale``: a factor on the keys of the rows
+        left mapped (below 1 they draw less of the receiver's attention from its own rows). ``recompute=1`` gives
+        native prefill; the defaults (0, scale 1) are the pure transfer.
         """
-        settings = RecomputeSettings(fraction=recompute, select=select, repair_layers=repair_layers)
+        settings = RecomputeSettings(fraction=recompute, select=select, repair_layers=repair_layers,
+                                     mapped_key_scale=mapped_key_scale)
         if (texts is None) == (plan is None):
             raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None

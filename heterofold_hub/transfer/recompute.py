@@ -14,6 +14,12 @@ layer's window attends there to mapped rows that the receiver's final cache then
 
 ``repair_layers=k`` first runs the receiver's first ``k`` layers natively over every token (DroidSpeak's lever;
 costs ``k / L`` of a prefill), where the map is weakest.
+
+``mapped_key_scale=s`` multiplies the keys of the rows still mapped after the recompute by ``s`` (free: one
+multiply per mapped key). Every attention score on a mapped row is scaled by ``s``, a softer softmax over mapped
+rows only: with ``s < 1`` they draw less attention away from the receiver's own rows (the recomputed facts, its
+prefix, its prompt). Measured on the real pair, mapped filler otherwise takes the attention that copying a
+recomputed fact needs (docs/results.md, "Mapped keys scaled").
 """
 
 from __future__ import annotations
@@ -185,11 +191,13 @@ class RecomputeSettings:
     ``fraction``: share of the context's mapped receiver positions recomputed at every layer, in [0, 1] (ignored by
     ``select="oracle"``, which takes exactly its spans); ``select``: the strategy that chooses them
     (:data:`~heterofold_hub.transfer.selection.SELECTORS`); ``repair_layers``: the receiver's first layers recomputed
-    for every position. All zero is the pure transfer."""
+    for every position; ``mapped_key_scale``: a factor on the keys of the rows left mapped (1 leaves them). All zero
+    (and the scale 1) is the pure transfer."""
 
     fraction: float = 0.0
     select: str = "content"
     repair_layers: int = 0
+    mapped_key_scale: float = 1.0
 
     def __post_init__(self):
         problems = []
@@ -200,15 +208,22 @@ class RecomputeSettings:
             problems.append(f"select={self.select!r}: choose one of {', '.join(SELECTORS)}")
         if isinstance(self.repair_layers, bool) or not isinstance(self.repair_layers, int) or self.repair_layers < 0:
             problems.append(f"repair_layers={self.repair_layers!r}: pass a whole number of first layers (0: none)")
+        scale = self.mapped_key_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 4:
+            problems.append(f"mapped_key_scale={scale!r}: pass a factor in (0, 4] for the mapped rows' keys (1: "
+                            "unchanged), e.g. mapped_key_scale=0.7")
         if problems:
             raise HeteroFoldError("; ".join(problems) + ".")
 
     @property
     def active(self) -> bool:
-        return self.fraction > 0 or self.repair_layers > 0 or self.select == "oracle"
+        return self.fraction > 0 or self.repair_layers > 0 or self.select == "oracle" or self.mapped_key_scale != 1
 
     def describe(self) -> dict:
-        return {"fraction": self.fraction, "select": self.select, "repair_layers": self.repair_layers}
+        """The settings as a record; the key scale only when it changes anything, so records of unscaled
+        settings (and the cache keys made of them) stay as they were."""
+        scale = {} if self.mapped_key_scale == 1 else {"mapped_key_scale": self.mapped_key_scale}
+        return {"fraction": self.fraction, "select": self.select, "repair_layers": self.repair_layers, **scale}
 
 
 @torch.no_grad()
@@ -269,7 +284,25 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
     windows = [None if w is None else w + 1 for w in receiver.spec.windows]
     working = recompute(model, working, alignment.receiver_ids, alignment.attention_mask, choice.index, choice.valid,
                         windows=windows)
+    if settings.mapped_key_scale != 1:
+        scale_mapped_keys(working, still_mapped(alignment.mapped_mask, choice), settings.mapped_key_scale)
     return working, choice
+
+
+def still_mapped(mapped_mask: torch.Tensor, choice: Choice) -> torch.Tensor:
+    """``[B, Tr]`` bool: the mapped rows ``choice`` did not recompute."""
+    left = mapped_mask.clone()
+    batch = torch.arange(choice.index.shape[0])[:, None].expand_as(choice.index)
+    left[batch[choice.valid], choice.index[choice.valid].cpu()] = False
+    return left
+
+
+def scale_mapped_keys(layers: list[LayerKV], rows: torch.Tensor, scale: float) -> None:
+    """Multiply, in place, the keys ``[B, Hr, Tr, Dr]`` of every layer at ``rows`` ``[B, Tr]`` by ``scale`` (keys
+    are stored after RoPE, a rotation, so scaling them scales each score ``q . k`` on those rows)."""
+    for keys, _ in layers:
+        factor = torch.where(rows.to(keys.device), scale, 1.0).to(keys.dtype)  # [B, Tr]
+        keys.mul_(factor[:, None, :, None])
 
 
 def window_rows(choice: Choice, columns: int, windows: list[int | None]) -> torch.Tensor | None:
