@@ -74,3 +74,11 @@ def test_version_and_env_say_what_is_installed():
 def test_debug_shows_the_traceback():
     run = hf_fold("--debug", "show", "nobody/no-such-adapter")
     assert run.returncode != 0 and "Traceback" in run.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "bench"])
+def test_a_bad_mapped_key_scale_is_refused_before_any_model_loads(command):
+    run = hf_fold(command, "--mapped-key-scale", "0")
+    output = run.stdout + run.stderr
+    assert run.returncode != 0 and "Traceback" not in output and "Loading weights" not in output
+    assert "--mapped-key-scale: mapped_key_scale=0" in output and "(0, 4]" in output

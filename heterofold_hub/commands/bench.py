@@ -54,7 +54,7 @@ class BenchArgs:
         try:
             settings = self.recompute_settings()
         except HeteroFoldError as err:
-            problems.append(f"--recompute/--select/--repair-layers: {err}")
+            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {err}")
         else:
             from heterofold_hub.transfer.selection import needs_query
 

@@ -89,7 +89,7 @@ class RetrievalArgs:
                 problems.append("--select oracle: needs answer spans, which this command does not pass; use "
                                 "the harness's handoff stage (benchmarks/handoff.py) for the oracle")
         except HeteroFoldError as bad:
-            problems.append(f"--recompute/--select/--repair-layers: {bad}")
+            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {bad}")
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]
         if not self.lengths or bad:
             problems.append(f"--lengths: {', '.join(map(str, bad)) or 'none given'}: give comma-separated receiver "
