@@ -30,7 +30,11 @@ DIRECTIONS = {
         "fidelity": {512: (("real-s2g", "train", "heterofold"), ("real-s2g", "train", "kv-ridge")),
                      2048: (("real-s2g", "score", "2048"), ("real-s2g", "score", "2048"))},
         "retrieval": [(("real-s2g-handoff", "handoff"), "code", "statement@0.05"),
-                      (("real-s2g-handoff-2048-statement", "handoff"), "code", "statement@0.05")],
+                      (("real-s2g-handoff-2048-statement", "handoff"), "code", "statement@0.05"),
+                      (("real-s2g-handoff-keyscale", "handoff"), "code", "statement@0.05 k0.6"),
+                      (("real-s2g-handoff-keyscale", "handoff"), "prose", "statement@0.05 k0.6")],
+        # fidelity (hf-fold eval --json) with the key scale of the retrieval rows that name one
+        "key_scale": "handoff/fidelity-s2g-512-k06.json",
         "speed": (("real-s2g-handoff-speed", "handoff-speed"), "statement@0.05"),
         "both_baselines": ("real-bench", "bench"),
     },
@@ -43,7 +47,10 @@ DIRECTIONS = {
                       (("real-g2s-handoff", "handoff"), "prose", "statement@0.05"),
                       (("real-g2s-handoff-1024", "handoff"), "code", "statement@0.05"),
                       (("real-g2s-handoff-1024", "handoff"), "prose", "statement@0.05"),
-                      (("real-g2s-handoff-2048", "handoff"), "code", "statement@0.05")],
+                      (("real-g2s-handoff-2048", "handoff"), "code", "statement@0.05"),
+                      (("real-g2s-handoff-keyscale", "handoff"), "code", "statement@0.05 k0.6"),
+                      (("real-g2s-handoff-keyscale-1024", "handoff"), "code", "statement@0.05 k0.6")],
+        "key_scale": "handoff/fidelity-g2s-512-k06.json",
         "speed": (("real-g2s-handoff-speed", "handoff-speed"), "statement@0.05"),
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
@@ -114,11 +121,21 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
         length = str(result["lengths"][0])
         rows = result["formats"][fmt][length]
         acc = lambda name: f"{rows[name]['accuracy']:.2f} ± {rows[name]['accuracy_se']:.2f}"  # noqa: E731
+        base, _, scale = setting.partition(" k")  # "statement@0.05 k0.6": the keys left mapped scaled by 0.6
+        how, cost, sources = f"`{base}`", "", (file,)
+        if scale:
+            fidelity = spec["key_scale"]
+            scaled, plain = _row(_load(fidelity), "heterofold"), _row(_load(spec["fidelity"][512][0]), "heterofold")
+            how += f" with `mapped_key_scale={scale}`"
+            cost = (f"; the same factor lowers the context benefit kept at 512 tokens to {scaled['recovered']:.3f} "
+                    f"(unscaled {plain['recovered']:.3f}): for questions about the context, not for continuing it")
+            sources += (fidelity,)
         lines.append(
             f"| exact-fact retrieval, {FORMAT_LABELS[fmt]}, {length} tokens ({result['docs']} documents) | "
             f"native {acc('native')}; "
-            f"pure transfer {acc('transfer')}; recompute `{setting}` {acc(setting)} ({rows[setting]['kept']:.2f} of "
-            f"native, {rows[setting]['recomputed_share']:.1%} of the context recomputed) | {_link(file, prefix)} |")
+            f"pure transfer {acc('transfer')}; recompute {how} {acc(setting)} ({rows[setting]['kept']:.2f} of "
+            f"native, {rows[setting]['recomputed_share']:.1%} of the context recomputed){cost} | "
+            f"{_links(sources, prefix)} |")
     if spec.get("speed"):
         file, setting = spec["speed"]
         result = _load(file)
@@ -200,7 +217,7 @@ def _limits(direction: str) -> str:
     prose = _load(spec["prose"])
     r = _row(prose, "heterofold")
     code = [f"{_load(f)['formats'][fm][str(_load(f)['lengths'][0])][setting]['kept']:.2f} of native at "
-            f"{_load(f)['lengths'][0]} tokens" for f, fm, _ in spec["retrieval"] if fm == "code"]
+            f"{_load(f)['lengths'][0]} tokens" for f, fm, named in spec["retrieval"] if fm == "code" and named == setting]
     return (f"{gist}, and even then facts in code comments come back only in part (`{setting}` keeps "
             f"{', '.join(code)}); less context benefit kept on prose ({r['recovered']:.3f} ± {r['recovered_se']:.3f} "
             f"on {prose['windows']} windows of package READMEs); valid only for these exact weights and tokenizers")

@@ -32,7 +32,10 @@ def scaled_keys(recompute: dict) -> str:
 def fidelity_caption(result: dict) -> str:
     """One line on what the table measured."""
     recompute = result.get("recompute")  # a transfer followed by a selective native recompute
-    how = "" if not recompute else (f"; after each map the receiver recomputed {recompute['fraction']:g} of the "
+    if recompute and not recompute["fraction"] and not recompute["repair_layers"]:  # a key scale alone
+        how = f"; the keys of every mapped row scaled by {recompute['mapped_key_scale']:g}"
+    else:
+        how = "" if not recompute else (f"; after each map the receiver recomputed {recompute['fraction']:g} of the "
                                     f"context chosen by {recompute['select']}" + (
                                         f" and its first {recompute['repair_layers']} layers" if recompute["repair_layers"] else "")
                                     + scaled_keys(recompute))
