@@ -18,8 +18,8 @@ costs ``k / L`` of a prefill), where the map is weakest.
 ``mapped_key_scale=s`` multiplies the keys of the rows still mapped after the recompute by ``s`` (free: one
 multiply per mapped key). Every attention score on a mapped row is scaled by ``s``, a softer softmax over mapped
 rows only: with ``s < 1`` they draw less attention away from the receiver's own rows (the recomputed facts, its
-prefix, its prompt). Measured on the real pair, mapped filler otherwise takes the attention that copying a
-recomputed fact needs (docs/results.md, "Mapped keys scaled").
+prefix, its prompt). On the real pair it lets a recomputed fact be copied that the receiver otherwise misses, and it
+lowers what the receiver writes next (docs/results.md, "Mapped keys scaled").
 """
 
 from __future__ import annotations
@@ -300,9 +300,12 @@ def still_mapped(mapped_mask: torch.Tensor, choice: Choice) -> torch.Tensor:
 def scale_mapped_keys(layers: list[LayerKV], rows: torch.Tensor, scale: float) -> None:
     """Multiply, in place, the keys ``[B, Hr, Tr, Dr]`` of every layer at ``rows`` ``[B, Tr]`` by ``scale`` (keys
     are stored after RoPE, a rotation, so scaling them scales each score ``q . k`` on those rows)."""
+    if not layers:
+        return
+    keys = layers[0][0]
+    factor = torch.where(rows.to(keys.device), scale, 1.0).to(keys.dtype)[:, None, :, None]  # once for every layer
     for keys, _ in layers:
-        factor = torch.where(rows.to(keys.device), scale, 1.0).to(keys.dtype)  # [B, Tr]
-        keys.mul_(factor[:, None, :, None])
+        keys.mul_(factor)
 
 
 def window_rows(choice: Choice, columns: int, windows: list[int | None]) -> torch.Tensor | None:
