@@ -14,6 +14,7 @@ from heterofold_hub.evaluation.bench import WITH_RECOMPUTE, hand_off, prefill_ke
 from heterofold_hub.evaluation.provenance import adapter_record, git_state, provenance
 from heterofold_hub.adapter.config import WEIGHTS_NAME
 from heterofold_hub.adapter.save_and_load import save_adapter
+from heterofold_hub.hub.registry import PairEnd, Registry
 from heterofold_hub.hub.resolve import ResolvedAdapter
 from heterofold_hub.transfer.recompute import RecomputeSettings
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
@@ -75,7 +76,25 @@ def test_adapter_records_name_the_source_and_the_weights_hash(tmp_path):
     assert fitted["weights_sha256"] == digest  # the bytes a save would write
     published = adapter_record(adapter, ResolvedAdapter(adapter, tmp_path, repo_id="heterofold/a-to-b", version="v1.2.0"))
     assert published["source"] == "heterofold/a-to-b@v1.2.0" and published["weights_sha256"] == digest
-    assert adapter_record(adapter, ResolvedAdapter(adapter, tmp_path))["source"] == str(tmp_path)
+    folder = adapter_record(adapter, ResolvedAdapter(adapter, tmp_path), registry=Registry.empty())
+    assert folder["source"] == str(tmp_path) and folder["registered_as"] is None
+
+
+def test_a_folder_holding_a_registered_versions_weights_names_that_version(tmp_path):
+    """A package `hf-fold pull` wrote is a plain folder; its record still says which published version it is."""
+    adapter = random_affine(tiny_model("llama", 50, layers=3), tiny_model("qwen2", 40), 2, seed=0)
+    save_adapter(adapter, tmp_path / "pulled")
+    digest = "sha256:" + hashlib.sha256((tmp_path / "pulled" / WEIGHTS_NAME).read_bytes()).hexdigest()
+    registry = Registry.empty(tmp_path / "registry.json")
+    spec = {"model_type": "llama", "num_layers": 3, "kv_heads": 2, "head_dim": 16, "rope": "rotate_half", "max_positions": 512}
+    end = PairEnd("tiny/a", "sha256:" + "0" * 64, "sha256:" + "1" * 64, spec)
+    for version, weights in (("v1.0.0", "sha256:" + "2" * 64), ("v1.1.0", digest)):
+        registry.add_version(repo_id="heterofold/a-to-b", hub="embedded", method="heterofold", sender=end,
+                             receiver=end, version=version, commit="ab" * 20, files={WEIGHTS_NAME: weights},
+                             metrics={"recovered": 0.5}, summary="a test adapter")
+    registry.save()
+    record = adapter_record(adapter, ResolvedAdapter(adapter, tmp_path / "pulled"), registry=tmp_path / "registry.json")
+    assert record["source"] == str(tmp_path / "pulled") and record["registered_as"] == "heterofold/a-to-b@v1.1.0"
 
 
 @pytest.fixture(scope="module")

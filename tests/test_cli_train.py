@@ -1,11 +1,13 @@
 """`hf-fold train` end to end on local model folders: a complete adapter package, and refusals."""
 
+import hashlib
 import json
 import re
 
 import pytest
 import torch
 
+from heterofold_hub.adapter.config import WEIGHTS_NAME
 from heterofold_hub.methods import load_adapter
 
 from helpers import hf_fold
@@ -69,6 +71,12 @@ def test_eval_scores_a_trained_package_beside_the_methods(package, pair_dirs, tm
     result = json.loads(result_path.read_text())
     assert set(result["methods"]) == {"native", "no-context", "recolor", "heterofold"}
     assert result["adapters"] == {"heterofold": str(package)}
+    records = result["provenance"]["adapters"]  # what produced each row, as bench records it
+    assert records["recolor"]["source"] == "fitted in this run"
+    digest = "sha256:" + hashlib.sha256((package / WEIGHTS_NAME).read_bytes()).hexdigest()
+    assert records["heterofold"] == {**records["heterofold"], "source": str(package), "weights_sha256": digest,
+                                     "registered_as": None}
+    assert result["provenance"]["git"]["commit"] and "eval" in result["provenance"]["command"]
     # The same held-out windows give the same row as the table written at the end of training.
     trained = json.loads((package / "metrics.json").read_text())["methods"]["heterofold"]
     assert result["methods"]["heterofold"]["kl"] == pytest.approx(trained["kl"], rel=1e-4)

@@ -156,6 +156,9 @@ def test_cli_retrieval_end_to_end(tmp_path):
     assert result["task"] == "retrieval" and result["lengths"] == [256, 320] and result["docs"] == 3
     assert (result["sender"], result["receiver"]) == DEMO_PAIR
     assert set(result["methods"]) == {"native", "no-context", "recolor", "heterofold"}  # + the registered adapter
+    records = result["provenance"]["adapters"]
+    assert records["heterofold"]["source"] == result["adapters"]["heterofold"] and "@v" in records["heterofold"]["source"]
+    assert records["recolor"]["source"] == "fitted in this run" and result["provenance"]["git"]["commit"]
     # --docs 3: the JSON's examples hold every decoded answer, so each row is scored again here from them
     assert all(set(rows) == {"256", "320"} for rows in result["methods"].values())
     gaps = {}

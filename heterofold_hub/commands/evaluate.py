@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 
 from heterofold_hub.commands import conventions
@@ -97,7 +97,7 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
 
 
 def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[str, object]]:
-    """``{row name: (source, adapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
+    """``{row name: (source, ResolvedAdapter)}`` for the ``--adapter`` packages (with none, the adapter registry.json
     lists for this pair, if any), checked against the loaded pair and against training on the eval text.
     Each row is named by its method, plus its source when that name is taken."""
     from heterofold_hub.data.texts import trained_on_eval_text
@@ -126,7 +126,7 @@ def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[
         name = found.adapter.config.method
         if name in taken or name in out:
             name = f"{name} ({Path(source).name})"
-        out[name] = (source, found.adapter)
+        out[name] = (source, found)
     return out
 
 
@@ -143,21 +143,33 @@ def disjoint_texts(args) -> tuple[list[str], list[str]]:
     return eval_texts, calib_texts
 
 
-def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> tuple[dict, dict, int]:
-    """``(adapters, sources, calibration windows)``: ``args.methods`` fitted on calibration windows, plus the
-    ``--adapter`` packages (or the registered adapter), each row's source in ``sources``."""
+class Scored(NamedTuple):
+    """What :func:`scored_adapters` gives: the adapters by row name, each package row's source, the calibration
+    windows the methods were fitted on, and each row's provenance record (:func:`adapter_record`)."""
+
+    adapters: dict
+    sources: dict[str, str]
+    calibration_windows: int
+    records: dict[str, dict]
+
+
+def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> Scored:
+    """``args.methods`` fitted on calibration windows, plus the ``--adapter`` packages (or the registered adapter)."""
     from heterofold_hub.methods.fitting import fit_methods
     from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.provenance import adapter_record
 
     packages = load_packages(args, sender, receiver, taken=set(args.methods))
-    if not args.methods:  # packages alone: nothing to fit, no calibration text read
-        return ({name: adapter for name, (_, adapter) in packages.items()},
-                {name: source for name, (source, _) in packages.items()}, 0)
-    calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows,
-                         context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
-    adapters = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size, seed=args.seed)
-    adapters.update({name: adapter for name, (_, adapter) in packages.items()})
-    return adapters, {name: source for name, (source, _) in packages.items()}, len(calib)
+    adapters, n_calib = {}, 0
+    if args.methods:  # with packages alone, nothing to fit and no calibration text read
+        calib = make_windows(calib_texts, receiver, max_windows=args.calib_windows,
+                             context_tokens=args.context_tokens, continuation_tokens=args.continuation_tokens)
+        adapters, n_calib = fit_methods(sender, receiver, args.methods, calib, batch_size=args.batch_size,
+                                        seed=args.seed), len(calib)
+    records = {name: adapter_record(adapter) for name, adapter in adapters.items()}
+    for name, (_, found) in packages.items():
+        adapters[name], records[name] = found.adapter, adapter_record(found.adapter, found)
+    return Scored(adapters, {name: source for name, (source, _) in packages.items()}, n_calib, records)
 
 
 def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.messages) -> dict:
@@ -166,21 +178,24 @@ def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.m
     from heterofold_hub.evaluation.fidelity import evaluate, results_table
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.provenance import provenance
     from heterofold_hub.progress import status
 
     eval_texts, calib_texts = disjoint_texts(args)
     with status("loading models", messages):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
-    adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
-    adapters = place((sender, receiver), adapters, dtype=args.dtype)
+    scored = scored_adapters(args, sender, receiver, calib_texts)
+    made = provenance(scored.records)  # before scoring: the commit it records is the code that ran
+    adapters = place((sender, receiver), scored.adapters, dtype=args.dtype)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                             continuation_tokens=args.continuation_tokens)
     settings = args.recompute_settings()
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size,
                       recompute=settings if settings.active else None, data=args.data)
-    result["calibration_windows"] = n_calib
+    result["calibration_windows"] = scored.calibration_windows
     result["dtype"] = args.dtype
-    result["adapters"] = sources  # where each adapter row came from
+    result["adapters"] = scored.sources  # where each adapter row came from, as given
+    result["provenance"] = made
     console.print(results_table(result))
     if args.json_path:
         from heterofold_hub.io import write_json_atomic

@@ -194,6 +194,7 @@ def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = con
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.evaluation.retrieval import evaluate_retrieval, filler_texts, known_facts, make_prompts
     from heterofold_hub.commands.evaluate import disjoint_texts, scored_adapters
+    from heterofold_hub.evaluation.provenance import provenance
     from heterofold_hub.progress import status
 
     eval_texts, calib_texts = disjoint_texts(args)
@@ -212,11 +213,12 @@ def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = con
     if longest > sender.spec.max_positions:  # the sender may need more tokens than the receiver for the same text
         raise UsageError(f"--lengths: a prompt of {max(args.lengths)} receiver tokens is {longest} tokens for "
                               f"{args.sender!r}, which allows {sender.spec.max_positions}; give shorter lengths.")
-    adapters, sources, n_calib = scored_adapters(args, sender, receiver, calib_texts)
-    result = evaluate_retrieval(sender, receiver, adapters, prompts, batch_size=args.batch_size,
+    scored = scored_adapters(args, sender, receiver, calib_texts)
+    made = provenance(scored.records)  # before scoring: the commit it records is the code that ran
+    result = evaluate_retrieval(sender, receiver, scored.adapters, prompts, batch_size=args.batch_size,
                                 question_by=args.question_by, recompute=args.recompute_kwargs() or None)
-    result.update(seed=args.seed, data=args.data, calib_data=args.calib_data, calibration_windows=n_calib,
-                  adapters=sources)
+    result.update(seed=args.seed, data=args.data, calib_data=args.calib_data,
+                  calibration_windows=scored.calibration_windows, adapters=scored.sources, provenance=made)
     result = _json_safe(result)
     console.print(results_table(result))
     if args.json_path:

@@ -6,7 +6,8 @@
 
 gives the date, the exact command line, the git commit of the code that ran (and whether it had local changes),
 library versions, torch's thread count and, per adapter, where it came from (``repo@version``, a folder, a
-composition, or fitted in this run) with the sha256 of its weights.
+composition, or fitted in this run) with the sha256 of its weights; a folder whose weights are those of a
+registered version (a package ``hf-fold pull`` wrote, say) also names that version.
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ def library_versions() -> dict[str, str | None]:
             **{name: version(name) for name in LIBRARIES}, "torch": torch.__version__}
 
 
-def adapter_record(adapter, resolved=None) -> dict:
+def adapter_record(adapter, resolved=None, *, registry=None) -> dict:
     """Where ``adapter`` came from and the sha256 of its weights.
 
     ``resolved``: the :class:`~heterofold_hub.hub.resolve.ResolvedAdapter` it was loaded through, if any (gives
     ``repo@version``, the folder, or the composed path); without it the adapter was fitted in this run. The hash is
     the one its config records for the published ``adapter.safetensors``, else that of its weights as they are in
-    memory (``hashed`` says which)."""
+    memory (``hashed`` says which). A folder's record adds ``registered_as`` (``repo@version``) when ``registry``
+    (default: the one the loader reads) lists a version with exactly these weights."""
     from heterofold_hub.adapter.save_and_load import adapter_bytes, sha256_bytes
 
     config = adapter.config
@@ -94,4 +96,18 @@ def adapter_record(adapter, resolved=None) -> dict:
         record.update(weights_sha256=config.weights_sha256, hashed="adapter.safetensors as saved")
     else:
         record.update(weights_sha256=sha256_bytes(adapter_bytes(adapter)), hashed="weights in memory (never saved)")
+    if resolved is not None and resolved.folder is not None and resolved.repo_id is None:
+        record["registered_as"] = registered_version(record["weights_sha256"], registry)
     return record
+
+
+def registered_version(weights_sha256: str, registry=None) -> str | None:
+    """``repo@version`` of the registered version whose ``adapter.safetensors`` has this hash, or None."""
+    from heterofold_hub.adapter.config import WEIGHTS_NAME
+    from heterofold_hub.hub.registry import open_registry
+
+    for entry in open_registry(registry).entries():
+        for version in entry.versions:
+            if version.files.get(WEIGHTS_NAME) == weights_sha256:
+                return f"{entry.repo_id}@{version.version}"
+    return None
