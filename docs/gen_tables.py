@@ -49,7 +49,8 @@ DIRECTIONS = {
                       (("real-g2s-handoff-1024", "handoff"), "prose", "statement@0.05"),
                       (("real-g2s-handoff-2048", "handoff"), "code", "statement@0.05"),
                       (("real-g2s-handoff-keyscale", "handoff"), "code", "statement@0.05 k0.6"),
-                      (("real-g2s-handoff-keyscale-1024", "handoff"), "code", "statement@0.05 k0.6")],
+                      (("real-g2s-handoff-keyscale-1024", "handoff"), "code", "statement@0.05 k0.6"),
+                      (("real-g2s-handoff-keyscale-2048", "handoff"), "code", "statement@0.05 k0.6")],
         "key_scale": "handoff/fidelity-g2s-512-k06.json",
         "speed": (("real-g2s-handoff-speed", "handoff-speed"), "statement@0.05"),
         "bench": (("real-bench-long-g2s", "bench"), 2048),
@@ -179,7 +180,9 @@ def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
     Ridge on the same windows, and its end-to-end speed-up beside the adapter's in the same bench run."""
     score, bench = _load((experiment, "score")), _load((experiment, "bench"))["directions"][0]
     made = stage((experiment, "compress"))["result"][ref.split(":", 1)[1]]
-    rank, published = made["rank"], _published_as(made["weights_sha256"])
+    from heterofold_hub.evaluation.provenance import registered_version
+
+    rank, published = made["rank"], registered_version(made["weights_sha256"], ROOT / "registry.json")
     kept = []
     for length, table in score.items():
         row = next(name for name, source in table["adapters"].items() if source == ref)
@@ -193,16 +196,6 @@ def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
     return (f"| faster, at a quality cost: the maps factored to rank {rank} (`hf-fold compress --rank {rank}`, "
             f"{where}) | context benefit kept, unseen code: {'; '.join(kept)}. End to end (plan + map, same run): "
             f"{'; '.join(speed)} | {_link((experiment, 'bench'), prefix)} |")
-
-
-def _published_as(weights_sha256: str) -> str | None:
-    """``repo@version`` of the registered version whose weights file has this hash (the very package measured), or
-    None."""
-    for entry in json.loads((ROOT / "registry.json").read_text())["adapters"]:
-        for version in entry["versions"]:
-            if version["files"].get("adapter.safetensors") == weights_sha256:
-                return f"{entry['repo_id']}@{version['version']}"
-    return None
 
 
 def _limits(direction: str) -> str:
