@@ -61,6 +61,7 @@ class Score:
     calib_windows: int = 64
     batch_size: int = 8
     dtype: str = "float32"
+    map_dtype: str | None = None  # also score each package with its maps' products in this dtype (--map-dtype)
     seed: int = 0
 
 
@@ -106,6 +107,7 @@ class Bench:
     repeats: int = 3
     both_ways: bool = False
     dtype: str = "float32"
+    map_dtype: str | None = None  # also time heterofold and each package with bf16 products (--map-dtype)
     device: str = "auto"  # auto: cuda when there is one
     data: str = "bundled:unseen"
     recompute: float = 0.0

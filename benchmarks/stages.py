@@ -79,8 +79,10 @@ def score(experiment: Experiment, argv: list[str], console: Console, plot: Path)
         args = EvalArgs(sender=experiment.sender, receiver=experiment.receiver, methods=list(cfg.methods), data=cfg.data,
                         calib_data=cfg.calib_data, context_tokens=context, continuation_tokens=cfg.continuation_tokens,
                         windows=windows, calib_windows=cfg.calib_windows, batch_size=cfg.batch_size, seed=cfg.seed,
-                        adapters=folders, registered=False, dtype=cfg.dtype)
-        result[str(context)] = _named(run_eval(args, console), folders, cfg.adapters)
+                        adapters=folders, registered=False, dtype=cfg.dtype, map_dtype=cfg.map_dtype)
+        scored = run_eval(args, console)
+        scored.pop("provenance")  # the stage's block records the run and its adapters (by ref) once
+        result[str(context)] = _named(scored, folders, cfg.adapters)
     return block, result
 
 
@@ -96,7 +98,9 @@ def retrieval(experiment: Experiment, argv: list[str], console: Console, plot: P
                          batch_size=cfg.batch_size, seed=cfg.seed, adapters=folders, registered=False,
                          recompute=cfg.recompute, select=cfg.select, repair_layers=cfg.repair_layers,
                          plot_path=plot)
-    return block, _named(run_retrieval(args, console), folders, cfg.adapters)
+    found = run_retrieval(args, console)
+    found.pop("provenance")  # the stage's block records the run and its adapters (by ref) once
+    return block, _named(found, folders, cfg.adapters)
 
 
 def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
@@ -117,7 +121,8 @@ def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path)
                               "bench.adapter to it (in a new experiment if these figures must stay)")
     folders, records = resolve_refs(experiment, cfg.adapters, sender, receiver)
     args = BenchArgs(sender=experiment.sender, receiver=experiment.receiver, contexts=list(cfg.contexts),
-                     repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, device=cfg.device, recompute=cfg.recompute,
+                     repeats=cfg.repeats, data=cfg.data, dtype=cfg.dtype, map_dtype=cfg.map_dtype, device=cfg.device,
+                     recompute=cfg.recompute,
                      select=cfg.select, query=cfg.query, both_ways=cfg.both_ways, plot_path=plot, adapters=folders)
     directions = run_bench_command(args, console)
     for direction in directions:

@@ -67,6 +67,7 @@ class HeteroFoldModel:
         adapter_revision: str | None = None,
         registry: Registry | str | Path | None = None,
         torch_dtype: torch.dtype | None = None,
+        map_dtype: torch.dtype | None = None,
         device_map: str | torch.device | None = None,
         local_files_only: bool = False,
         fallback: str = "error",
@@ -86,7 +87,10 @@ class HeteroFoldModel:
         always wins; ``model.resolved.path`` says which path was taken). ``min_recovered`` compares each version's
         ``recovered`` measured on the registry's reference split (``bundled:unseen``); a version never measured
         there does not pass. ``fallback="prefill"``: when no adapter fits or none reaches ``min_recovered``,
-        ``transfer`` re-prefills natively and says so.
+        ``transfer`` re-prefills natively and says so. ``map_dtype`` (e.g. ``torch.bfloat16``): the dtype of the
+        adapter's matrix products, the receiver and its cache keeping ``torch_dtype``; on a CPU with AVX512-BF16
+        or AMX that halves the products' time, the gathers and turns staying float32 (quality and speed measured in
+        docs/results.md, "Maps in bf16").
         """
         _check_fallback(fallback)
         if revision is not None and adapter_revision is not None and revision != adapter_revision:
@@ -103,6 +107,11 @@ class HeteroFoldModel:
                 raise
             warnings.warn(f"No adapter fits; transfer() will prefill the receiver natively.\n{miss}", stacklevel=2)
             resolved = None
+        if map_dtype is not None and resolved is not None:
+            if not (isinstance(map_dtype, torch.dtype) and map_dtype.is_floating_point):
+                raise HeteroFoldError(f"map_dtype={map_dtype!r}; give a floating torch dtype such as torch.bfloat16, "
+                                      "or None for the adapter's own (float32).")
+            resolved.adapter.to(map_dtype)
         model = cls(sender_side, receiver_side, resolved, fallback=fallback)
         model.sender_revision = sender_revision
         return model

@@ -109,6 +109,24 @@ def test_bench_in_bfloat16_maps_in_bfloat16(pair_dirs, tmp_path):
     assert result["dtype"] == "bfloat16" and result["rows"][0]["transfer_s"]["heterofold"] > 0
 
 
+def test_bench_map_dtype_times_a_bfloat16_row_beside_each_adapter(pair_dirs, tmp_path):
+    """--map-dtype bfloat16: heterofold again with bf16 products, in the same rounds, the models left in float32."""
+    out = tmp_path / "bench.json"
+    run = hf_fold("bench", "--sender", str(pair_dirs / "sender"), "--receiver", str(pair_dirs / "receiver"),
+                  "--data", str(pair_dirs / "heldout.jsonl"), "--contexts", "32", "--repeats", "1",
+                  "--map-dtype", "bfloat16", "--json", str(out))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result, row_name = json.loads(out.read_text()), "heterofold (bfloat16 maps)"
+    row = result["rows"][0]
+    assert result["dtype"] == "float32" and row["transfer_s"][row_name] > 0
+    assert row["speedup"]["end_to_end"][row_name] == pytest.approx(row["prefill_s"] / row["end_to_end_s"][row_name])
+    record = result["provenance"]["adapters"][row_name]
+    assert record["map_dtype"] == "bfloat16" and record["source"] == result["provenance"]["adapters"]["heterofold"]["source"]
+    assert row_name in run.stdout  # the per-adapter table
+    run = hf_fold("bench", "--sender", "x", "--receiver", "y", "--map-dtype", "float32")
+    assert run.returncode == 2 and "--map-dtype: 'float32' is --dtype already" in run.stderr
+
+
 def test_bench_argument_problems_are_gathered():
     run = hf_fold("bench", "--sender", "x", "--contexts", "4", "--repeats", "0", "--dtype", "fp8", "--device", "tpu")
     assert run.returncode == 2

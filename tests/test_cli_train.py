@@ -115,6 +115,18 @@ def test_eval_in_bfloat16_maps_and_scores_in_bfloat16(package, pair_dirs, tmp_pa
     assert run.returncode == 2 and "--dtype: 'float64'; choose from float32, bfloat16, float16" in run.stderr
 
 
+def test_eval_map_dtype_scores_a_bfloat16_row_beside_the_package(package, pair_dirs, tmp_path):
+    result_path = tmp_path / "eval.json"
+    run = hf_fold(*eval_args(pair_dirs, "--methods", "", "--adapter", str(package), "--map-dtype", "bfloat16",
+                             "--json", str(result_path)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    full, half = result["methods"]["heterofold"], result["methods"]["heterofold (bfloat16 maps)"]
+    assert (result["dtype"], result["map_dtype"]) == ("float32", "bfloat16")
+    assert half["kl"] != full["kl"] and half["kl"] == pytest.approx(full["kl"], rel=0.05)  # as the --dtype test above
+    assert result["provenance"]["adapters"]["heterofold (bfloat16 maps)"]["map_dtype"] == "bfloat16"
+
+
 def test_eval_refuses_a_package_of_another_pair(package, pair_dirs):
     run = hf_fold(*eval_args(pair_dirs, "--methods", "recolor", "--adapter", str(package),
                              sender="receiver", receiver="sender"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from heterofold_hub.errors import PairMismatchError
+from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.hub import LocalHub, RemoteHub
 from heterofold_hub.modeling import HeteroFoldModel
 from heterofold_hub.base_models.loading import Side, load_model, resolve
@@ -81,6 +81,22 @@ def test_default_load_maps_a_cache_from_a_sender_it_never_loaded():
     loaded = HeteroFoldModel.from_pretrained(*DEMO_PAIR, load_sender=True, local_files_only=True).transfer(cache, TEXT)
     for a, b in zip(result.cache.layers, loaded.cache.layers):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_map_dtype_narrows_only_the_adapter():
+    """``map_dtype=torch.bfloat16``: the adapter's products in bf16, the receiver and its cache float32, and the
+    cache close to the float32 map's; a dtype that is not one is refused before anything is mapped."""
+    sender = Side.load(DEMO_PAIR[0])
+    with torch.no_grad():
+        cache = sender.model(**sender.tokenizer(TEXT, return_tensors="pt"), use_cache=True).cache
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, map_dtype=torch.bfloat16, local_files_only=True)
+    assert model.adapter.compute_dtype == torch.bfloat16 and model.receiver.model.dtype == torch.float32
+    full = HeteroFoldModel.from_pretrained(*DEMO_PAIR, local_files_only=True).transfer(cache, TEXT)
+    for a, b in zip(model.transfer(cache, TEXT).cache.layers, full.cache.layers):
+        assert a.keys.dtype == torch.float32 and not torch.equal(a.keys, b.keys)
+        assert (a.keys - b.keys).abs().max() < 0.1 * b.keys.abs().max()
+    with pytest.raises(HeteroFoldError, match="map_dtype='bf16'"):
+        HeteroFoldModel.from_pretrained(*DEMO_PAIR, map_dtype="bf16", local_files_only=True)
 
 
 def test_local_paths_and_loaded_models_resolve_by_fingerprint():

@@ -257,6 +257,32 @@ def test_a_bfloat16_adapter_maps_in_bfloat16(demo):
         assert (a.values.float() - v).abs().max() < 0.1 * v.abs().max()
 
 
+def test_a_bfloat16_map_beside_a_float32_cache_multiplies_in_bfloat16_and_does_the_rest_in_float32(demo):
+    """``--map-dtype bfloat16`` / ``from_pretrained(map_dtype=torch.bfloat16)`` with a float32 receiver: only the
+    products are bf16. The gathers and turns stay float32 (in the C kernels when they load), so the cache is the
+    reference path's for the same bf16 adapter, whose products round at the same two points."""
+    from heterofold_hub.commands.placement import map_dtype_row, with_map_dtype
+
+    pipe, sender = demo
+    text = texts()[5][:600]
+    cache, plan = sender_cache(sender, [text]), pipe.plan(text)
+    layers = cache_layers(cache)
+    half = with_map_dtype({"a": pipe.adapter}, ["a"], "bfloat16")[map_dtype_row("a", "bfloat16")]
+    assert half.compute_dtype == torch.bfloat16 and pipe.adapter.compute_dtype == torch.float32  # a copy, not moved
+    stream = LayerStream(half, plan, dtype=torch.float32)
+    assert (stream.compute_dtype, stream.matmul_dtype) == (torch.float32, torch.bfloat16)
+    assert (stream.kernels is not None) == (kernels.load() is not None)
+    fast = map_cache(half, plan, layers, dtype=torch.float32)
+    full = map_cache(pipe.adapter, plan, layers, dtype=torch.float32)
+    reference = reference_layers(type(pipe)(half, pipe.sender, pipe.receiver), cache, plan)
+    for a, (k, v), b in zip(fast.layers, reference, full.layers):
+        assert a.keys.dtype == a.values.dtype == torch.float32
+        for got, want, exact in ((a.keys, k, b.keys), (a.values, v, b.values)):
+            scale = exact.abs().max()
+            assert (got - want).abs().max() <= 1e-3 * scale  # the same roundings (equal here; sums may reorder)
+            assert 1e-4 * scale < (got - exact).abs().max() < 0.1 * scale  # bf16 products, not float32 ones
+
+
 def test_build_cache_adopts_layers_without_copying():
     layers = [(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)) for _ in range(3)]
     cache = build_cache(layers)

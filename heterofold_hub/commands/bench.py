@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from heterofold_hub.commands import conventions
-from heterofold_hub.commands.placement import dtype_problems, place
+from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
 from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
@@ -34,6 +34,7 @@ class BenchArgs:
     plot_path: Path | None = None
     device: str = "auto"  # auto: cuda when there is one
     dtype: str = "float32"
+    map_dtype: str | None = None  # also time heterofold (and each package) with its maps' products in this dtype
     pivot: str | None = None  # "auto" or a model id: also time the composed path sender -> pivot -> receiver
     recompute: float = 0.0  # share of mapped positions heterofold's hand-off also recomputes (timed beside the map)
     select: str = "content"
@@ -50,7 +51,7 @@ class BenchArgs:
                                  mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
-        problems = dtype_problems(self.dtype)
+        problems = dtype_problems(self.dtype) + map_dtype_problems(self.map_dtype, self.dtype)
         try:
             settings = self.recompute_settings()
         except HeteroFoldError as err:
@@ -302,6 +303,10 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
             records = {name: adapter_record(adapter, origins.get(name)) for name, adapter in adapters.items()}
             device = args.device if args.device != "auto" else ("cuda" if cuda_available() else "cpu")
             adapters = place((sender, receiver), adapters, dtype=args.dtype, device=device)
+            narrow = [map_dtype_row(name, args.map_dtype) for name in ("heterofold", *packages)] if args.map_dtype else []
+            adapters = with_map_dtype(adapters, ["heterofold", *packages], args.map_dtype)
+            records.update({row: {**records[name], "map_dtype": args.map_dtype}
+                            for name, row in zip(("heterofold", *packages), narrow)})
         made = provenance(records)  # before timing: the commit it records is the code that ran, whatever lands meanwhile
         with progress_bar(console=messages) as bar:
             task = bar.add_task(f"timing {sender_id} -> {receiver_id}", total=len(args.contexts))
@@ -309,8 +314,8 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
                                progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
         result["provenance"] = made
         console.print(*results_tables(result))
-        if args.adapters:
-            console.print(packages_table(result, list(packages)))
+        if args.adapters or narrow:
+            console.print(packages_table(result, [*packages, *narrow]))
         for warning in result["checks"]["warnings"]:
             messages.print(f"[yellow]warning:[/] {warning}", highlight=False)
         for skip in result["skipped"]:

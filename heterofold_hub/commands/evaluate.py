@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 
 from heterofold_hub.commands import conventions
-from heterofold_hub.commands.placement import dtype_problems, place
+from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
 from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
@@ -39,6 +39,7 @@ class EvalArgs:
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
     dtype: str = "float32"  # models, caches and maps; adapters are fitted in fp32 first
+    map_dtype: str | None = None  # also score each package row with its maps' products in this dtype
     recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
     select: str = "content"  # which positions (query-agnostic strategies: fidelity has no prompt)
     repair_layers: int = 0  # receiver's first layers recomputed for every position
@@ -56,6 +57,7 @@ class EvalArgs:
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot) + dtype_problems(self.dtype)
+        problems += map_dtype_problems(self.map_dtype, self.dtype)
         try:
             settings = self.recompute_settings()
             if (needs_query(settings.select) or settings.select == "oracle") and settings.active:
@@ -185,8 +187,13 @@ def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.m
     with status("loading models", messages):
         sender, receiver = Side.load(args.sender), Side.load(args.receiver)
     scored = scored_adapters(args, sender, receiver, calib_texts)
-    made = provenance(scored.records)  # before scoring: the commit it records is the code that ran
+    records = dict(scored.records)
+    if args.map_dtype:
+        records.update({map_dtype_row(name, args.map_dtype): {**scored.records[name], "map_dtype": args.map_dtype}
+                        for name in scored.sources})
+    made = provenance(records)  # before scoring: the commit it records is the code that ran
     adapters = place((sender, receiver), scored.adapters, dtype=args.dtype)
+    adapters = with_map_dtype(adapters, list(scored.sources), args.map_dtype)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                             continuation_tokens=args.continuation_tokens)
     settings = args.recompute_settings()
@@ -194,6 +201,7 @@ def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.m
                       recompute=settings if settings.active else None, data=args.data)
     result["calibration_windows"] = scored.calibration_windows
     result["dtype"] = args.dtype
+    result["map_dtype"] = args.map_dtype
     result["adapters"] = scored.sources  # where each adapter row came from, as given
     result["provenance"] = made
     console.print(results_table(result))

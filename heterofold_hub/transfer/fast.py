@@ -3,7 +3,8 @@
 Per receiver layer and chunk of rows, every source sender layer's keys (un-rotated) and values are gathered
 token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
 ``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
-rounding), and the keys are re-rotated in place there; a factored one (low rank, ``factored_maps``) is ``x @ a``
+rounding), and the keys are re-rotated in place there (an adapter in bf16 beside a float32 cache on the CPU
+multiplies in bf16 and does everything else in float32, see :class:`LayerStream`); a factored one (low rank, ``factored_maps``) is ``x @ a``
 into a small scratch buffer, then that ``addmm`` from it. Receiver layers that read the same sender layers (a
 deeper receiver has runs of them) share one gathered input per chunk. On CPU in float32 the gathers and turns run in one
 pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`); elsewhere through torch ops
@@ -67,7 +68,10 @@ class LayerStream:
     A receiver layer is mapped as soon as all its source sender layers (``config.layer_sources``) have
     arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` sets the rows
     per chunk (default: as many as keep a chunk's temporaries within ``TEMPORARY_BUDGET`` receiver layers, at
-    least ``MIN_CHUNK_TOKENS``). ``every_position`` maps every row of sliding-window layers too, for a working
+    least ``MIN_CHUNK_TOKENS``). An affine adapter in a narrower dtype than a float32 cache on the CPU
+    (``adapter.to(torch.bfloat16)``, ``HeteroFoldModel.from_pretrained(..., map_dtype=torch.bfloat16)``) runs only
+    its matrix products in that dtype: the gathers and turns stay float32, in the C kernels, and each chunk's
+    input is converted once for every layer that reads it. ``every_position`` maps every row of sliding-window layers too, for a working
     cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`); a ``[B, Tr]`` bool tensor instead
     maps only its rows in sliding-window layers (the windows a recompute attends to), every row of full layers,
     and leaves the others zero. ``layers`` limits the stream to those receiver layers (default: every one).
@@ -85,13 +89,18 @@ class LayerStream:
                                     "build the plan with this adapter's pipeline.")
         self.adapter, self.plan, self.dtype = adapter, plan, dtype
         self.device = plan.native[0][0].device
-        self.compute_dtype = adapter.compute_dtype
         self.sender_spec, self.receiver_spec = config.sender_spec, config.receiver_spec
         self.sender_width = self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
         self.affine = adapter.affine_maps(0) is not None
         factored = adapter.factored_maps(0)
         self.rank = None if factored is None else factored[0][0].shape[1]  # low rank: x @ a, then an addmm from it
         self.linear = self.affine or self.rank is not None  # written by _map_linear, straight into the cache
+        # The dtype of the gathers, turns and scratch; the matrix products run in the adapter's own dtype. On the
+        # CPU a narrow adapter beside a float32 cache keeps the rest in float32: bf16 products take half the time
+        # there (AVX512-BF16), the one-pass kernels need float32, and a turn rounded to bf16 would add error.
+        self.matmul_dtype = adapter.compute_dtype
+        narrow_products = self.linear and self.device.type == "cpu" and dtype == torch.float32
+        self.compute_dtype = torch.float32 if narrow_products else self.matmul_dtype
         self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)
                         if layers is None or r in layers}
         self.arrived: dict[int, LayerKV] = {}
@@ -132,7 +141,8 @@ class LayerStream:
         """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
         kernels, a gathered source and a swapped copy while turning. A map other than affine maps keys and
         values at once (adding the value input and its two outputs); a cache dtype other than the compute dtype
-        adds the output before rounding; a low-rank map adds its ``x @ a``."""
+        adds the output before rounding; a low-rank map adds its ``x @ a``; narrow products add the input and the
+        output in their dtype."""
         c, width = self.adapter.config, self.sender_width
         per_row = c.in_features
         if self.kernels is None:
@@ -141,9 +151,8 @@ class LayerStream:
             per_row += c.in_features + 2 * c.out_features
         elif not self.direct:
             per_row += c.out_features
-        if self.rank is not None:
-            per_row += self.rank
-        return per_row * torch.finfo(self.compute_dtype).bits // 8
+        narrow = (self.rank or 0) + (c.in_features + c.out_features if self.matmul_dtype != self.compute_dtype else 0)
+        return (per_row * torch.finfo(self.compute_dtype).bits + narrow * torch.finfo(self.matmul_dtype).bits) // 8
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
@@ -258,13 +267,13 @@ class LayerStream:
         at = position >= tokens - kept
         return batch[at] * kept + position[at] - (tokens - kept), at
 
-    def _buffer(self, name: str, *shape: int) -> torch.Tensor:
-        """Scratch ``[rows, *shape]`` in the compute dtype for the largest chunk, made once per stream and reused
-        by every chunk and layer (a fresh allocation per layer costs page faults)."""
+    def _buffer(self, name: str, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Scratch ``[rows, *shape]`` in ``dtype`` (default the compute dtype) for the largest chunk, made once per
+        stream and reused by every chunk and layer (a fresh allocation per layer costs page faults)."""
         buffer = self.scratch.get(name)
         if buffer is None or buffer.shape[1:] != shape:
             rows = max((chunk.size for chunks in self.chunks.values() for chunk in chunks), default=1)
-            buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=self.compute_dtype, device=self.device)
+            buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=dtype or self.compute_dtype, device=self.device)
         return buffer
 
     def _map_linear(self, work: "_LayerWork", kind: int,
@@ -273,13 +282,20 @@ class LayerStream:
         [B * T, Hr, Dr])}``, the map ``(weight [in, out], bias [out])`` or factored ``(a [in, r], b [r, out],
         bias [out])``: per chunk, the sources gathered side by side once, then for each layer one ``addmm`` (the
         reference path's rounding) straight into the cache, after ``x @ a`` for a factored map, and keys turned in
-        place."""
+        place. With narrow products (the adapter's dtype narrower than the compute dtype) the input is converted
+        once per chunk, and each product lands in a narrow scratch that is copied into the cache before the turn."""
         inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
-        low = None if self.rank is None else self._buffer("low rank", self.rank)
-        spec = self.receiver_spec
+        spec, narrow = self.receiver_spec, self.matmul_dtype
+        low = None if self.rank is None else self._buffer("low rank", self.rank, dtype=narrow)
         mapped = None if self.direct else self._buffer("mapped", spec["kv_heads"], spec["head_dim"])
+        converted = narrow != self.compute_dtype
+        if converted:
+            narrow_inputs = self._buffer("narrow inputs", inputs.shape[1], dtype=narrow)
+            narrow_out = self._buffer("narrow mapped", spec["kv_heads"] * spec["head_dim"], dtype=narrow)
         for chunk in work.chunks:
             x = self._input(work, kind, chunk, inputs)
+            if converted:
+                x = narrow_inputs[:chunk.size].copy_(x)
             for r, (linear, layer) in targets.items():
                 out = layer[chunk.out] if self.direct else mapped[:chunk.size]
                 if len(linear) == 3:  # factored: [n, in] @ [in, r] first, so the big product is never formed
@@ -287,7 +303,10 @@ class LayerStream:
                     x_in = torch.mm(x, a, out=low[:chunk.size])
                 else:
                     (weight, bias), x_in = linear, x
-                torch.addmm(bias, x_in, weight, out=out.view(chunk.size, -1))
+                if converted:
+                    out.view(chunk.size, -1).copy_(torch.addmm(bias, x_in, weight, out=narrow_out[:chunk.size]))
+                else:
+                    torch.addmm(bias, x_in, weight, out=out.view(chunk.size, -1))
                 rotate = chunk.rotate[r]
                 if kind == 0 and rotate is not None:
                     self._turn(out, rotate)
