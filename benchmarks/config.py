@@ -90,6 +90,7 @@ class Handoff:
     repair: list[int] = field(default_factory=lambda: [0])
     data: str = "bundled:unseen"
     batch_size: int = 8
+    map_dtype: str | None = None  # the adapter's products in this dtype (bfloat16) for every setting; models float32
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class HandoffSpeed:
     grid: str
     lengths: list[int] = field(default_factory=lambda: [512, 2048])
     repeats: int = 3
+    map_dtype: str | None = None  # also time every setting with the adapter's products in this dtype (bfloat16)
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,14 @@ def parse(path: Path, data: dict) -> Experiment:
         if bench.both_ways:
             raise _problem(path, "bench.adapters", "a package maps one direction: drop both_ways, or time the other "
                                                    "direction in its own experiment")
+    for key in ("handoff", "handoff_speed"):
+        map_dtype = getattr(sections.get(key), "map_dtype", None)
+        if map_dtype is not None:
+            from heterofold_hub.commands.placement import map_dtype_problems
+
+            problems = map_dtype_problems(map_dtype, "float32")  # the harness loads the models in float32
+            if problems:
+                raise _problem(path, f"{key.replace('_', '-')}.map_dtype", problems[0].removeprefix("--map-dtype: "))
     for key in ("handoff", "handoff_speed", "bench"):
         ref = getattr(sections.get(key), "adapter", None)
         if ref is not None and (ref.startswith(("train:", "compress:")) or not ADAPTER_REF.match(ref)):

@@ -79,19 +79,31 @@ def measure_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths:
     return result
 
 
-def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: list[int], repeats: int) -> dict:
+def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: list[int], repeats: int,
+                 map_dtype: str | None = None) -> dict:
     """End-to-end hand-off time with selective recompute beside the receiver's native prefill, in one run.
 
     Every figure is what a user's call pays: ``model.transfer(prefill, text, ...)`` (plan + map + selection +
     recompute), against ``native_prefill`` of the same text; batch 1, the median of ``repeats`` interleaved rounds
     after a warm-up (:func:`~heterofold_hub.evaluation.bench.median_seconds`). Also the map alone into the receiver's
-    own cache and into a working cache that keeps every position of the sliding layers (what a recompute reads)."""
+    own cache and into a working cache that keeps every position of the sliding layers (what a recompute reads).
+    ``map_dtype`` (``"bfloat16"``): each setting is timed again with the adapter's products in that dtype (a copy of
+    the adapter; receiver and cache unchanged), named ``"SETTING (bfloat16 maps)"``, in the same rounds."""
+    from heterofold_hub.commands.placement import map_dtype_row, with_map_dtype
     from heterofold_hub.evaluation.bench import median_seconds
     from heterofold_hub.transfer.fast import map_cache, map_every_position
-    from heterofold_hub.transfer.pipeline import native_prefill
+    from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
 
+    pipelines = {None: model.pipeline}  # map dtype (None: the adapter's own) -> pipeline
+    if map_dtype is not None:
+        own = model.pipeline
+        narrow = with_map_dtype({"a": own.adapter}, ["a"], map_dtype)[map_dtype_row("a", map_dtype)]
+        pipelines[map_dtype] = TransferPipeline(narrow, own.sender, own.receiver, source=own.source)
+    named = {(s, products): s.name if products is None else map_dtype_row(s.name, products)
+             for s in settings for products in pipelines}  # each setting beside its narrow twin
     fillers = filler_texts(read_texts("bundled:unseen"))
-    result = {"sender": model.sender.name, "receiver": model.receiver.name, "batch": 1, "repeats": repeats, "lengths": {}}
+    result = {"sender": model.sender.name, "receiver": model.receiver.name, "batch": 1, "repeats": repeats,
+              "map_dtype": map_dtype, "lengths": {}}
     for n in lengths:
         p = make_handoff_prompts(fillers, model.receiver, n, 1, fmt="code")[0]
         prefill = model.prefill_sender([p.context], surprisal=True)
@@ -102,12 +114,13 @@ def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: li
                  "plan_s": lambda: model.pipeline.plan([p.context]),
                  "map_s": lambda: map_cache(model.adapter, plan, layers, dtype=dtype),
                  "map_every_position_s": lambda: map_every_position(model.adapter, plan, layers, dtype=dtype)}
-        for s in settings:  # what the user's calls pay: plan + map + selection + recompute (a deferred one's too)
-            calls[s.name] = (lambda s=s: s.transfer(model.pipeline, prefill, [p.context], [p.question], [[p.span]]))
+        for (s, products), name in named.items():  # what the user's calls pay: plan + map + selection + recompute
+            calls[name] = (lambda s=s, pipe=pipelines[products]:
+                           s.transfer(pipe, prefill, [p.context], [p.question], [[p.span]]))
         seconds = median_seconds(calls, repeats)  # side by side, rounds interleaved
         row = {name: seconds[name] for name in ("native_prefill_s", "plan_s", "map_s", "map_every_position_s")}
-        row["settings"] = {s.name: {"end_to_end_s": seconds[s.name], "speedup": row["native_prefill_s"] / seconds[s.name],
-                                    "recomputed_share": (calls[s.name]().recompute or {}).get("share", 0.0)}
-                           for s in settings}
+        row["settings"] = {name: {"end_to_end_s": seconds[name], "speedup": row["native_prefill_s"] / seconds[name],
+                                  "recomputed_share": (calls[name]().recompute or {}).get("share", 0.0)}
+                           for name in named.values()}
         result["lengths"][str(p.tokens)] = row
     return result

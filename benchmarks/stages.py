@@ -178,20 +178,26 @@ def compress(experiment: Experiment, argv: list[str], console: Console, plot: Pa
     return block, result
 
 
-def _model(experiment: Experiment, ref: str):
-    """The hand-off model with the adapter ``ref`` names (``repo@version``), the sender loaded too."""
+def _model(experiment: Experiment, ref: str, map_dtype: str | None = None):
+    """The hand-off model with the adapter ``ref`` names (``repo@version``), the sender loaded too; ``map_dtype``:
+    the adapter's products in that dtype (``from_pretrained(map_dtype=)``)."""
+    import torch
+
     from heterofold_hub.modeling import HeteroFoldModel
 
     repo_id, version = ref.split("@")
     return HeteroFoldModel.from_pretrained(experiment.sender, experiment.receiver, adapter=repo_id, revision=version,
-                                           load_sender=True)
+                                           load_sender=True, map_dtype=map_dtype and getattr(torch, map_dtype))
 
 
-def _model_block(model, started: dict) -> dict:
+def _model_block(model, started: dict, map_dtype: str | None = None) -> dict:
+    """The models and the adapter into a provenance block; ``map_dtype`` is recorded on the adapter (its hash is
+    the published float32 weights')."""
     from heterofold_hub.evaluation.provenance import adapter_record
 
     started["models"] = {"sender": model_record(model.sender), "receiver": model_record(model.receiver)}
-    started["adapters"] = {"heterofold": adapter_record(model.resolved.adapter, model.resolved)}
+    record = adapter_record(model.resolved.adapter, model.resolved)
+    started["adapters"] = {"heterofold": {**record, "map_dtype": map_dtype} if map_dtype else record}
     return started
 
 
@@ -201,10 +207,11 @@ def handoff(experiment: Experiment, argv: list[str], console: Console, plot: Pat
 
     cfg = experiment.handoff
     block = start_provenance(argv)
-    model = _model(experiment, cfg.adapter)
-    _model_block(model, block)
-    return block, measure_handoff(model, parse_grid(cfg.grid, list(cfg.repair)), lengths=list(cfg.lengths),
-                                  docs=cfg.docs, formats=list(cfg.formats), data=cfg.data, batch_size=cfg.batch_size)
+    model = _model(experiment, cfg.adapter, cfg.map_dtype)
+    _model_block(model, block, cfg.map_dtype)
+    result = measure_handoff(model, parse_grid(cfg.grid, list(cfg.repair)), lengths=list(cfg.lengths), docs=cfg.docs,
+                             formats=list(cfg.formats), data=cfg.data, batch_size=cfg.batch_size)
+    return block, {**result, "map_dtype": cfg.map_dtype}
 
 
 def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
@@ -215,7 +222,13 @@ def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plo
     block = start_provenance(argv)
     model = _model(experiment, cfg.adapter)
     _model_block(model, block)
-    return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats)
+    if cfg.map_dtype:  # the same adapter, its products narrowed: one record per row name, as hf-fold bench writes
+        from heterofold_hub.commands.placement import map_dtype_row
+
+        own = block["adapters"]["heterofold"]
+        block["adapters"][map_dtype_row("heterofold", cfg.map_dtype)] = {**own, "map_dtype": cfg.map_dtype}
+    return block, time_handoff(model, parse_grid(cfg.grid, [0]), lengths=list(cfg.lengths), repeats=cfg.repeats,
+                               map_dtype=cfg.map_dtype)
 
 
 RUNNERS = {"train": train, "compress": compress, "score": score, "retrieval": retrieval, "handoff": handoff,

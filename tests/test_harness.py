@@ -46,6 +46,8 @@ HEAD = f'description = "d"\nsender = "{TINY[0]}"\nreceiver = "{TINY[1]}"\n'
     ('[train.kv]\nmethod = "kv-ridge"\nwindos = 3\n', ["train.kv.windos", "not an hf-fold train argument", "windows"]),
     ('[score]\nadapters = ["a/b@v1.0.0"]\nwindows = ["48"]\n', ["score.windows", "list of int"]),
     ('[bench]\nrepeats = "3"\n', ["bench.repeats", "not of type int"]),
+    ('[handoff-speed]\nadapter = "a/b@v1.0.0"\ngrid = "tail:0.1"\nmap_dtype = "bf16"\n',
+     ["handoff-speed.map_dtype", "'bf16'", "bfloat16"]),
     ('[scroe]\nadapters = []\n', ["scroe", "unknown key", "score"]),
     ("", ["stages", "none"]),
 ])
@@ -307,3 +309,49 @@ def test_a_handoff_grid_names_its_settings_and_refuses_an_unknown_option():
     assert [s.mapped_key_scale for s in settings] == [1.0] * 5 + [0.7]
     with pytest.raises(HeteroFoldError, match=r"'/later' is not an option.*'/deferred'"):
         parse_grid("statement/later:0.05", [0])
+
+
+def test_handoff_speed_times_each_setting_beside_its_bf16_maps_in_one_run(tmp_path):
+    """[handoff-speed] map_dtype: every setting timed again with the adapter's products in bf16, in the same rounds,
+    the same positions recomputed, and the narrowed adapter recorded as its own row."""
+    write_config(tmp_path, "narrow", HEAD + f"""
+        [handoff-speed]
+        adapter = "{TINY_ADAPTER}"
+        grid = "tail:0.1"
+        lengths = [256]
+        repeats = 1
+        map_dtype = "bfloat16"
+        """)
+    run = harness("--experiments", str(tmp_path), "--results", str(tmp_path / "results"), "run", "narrow",
+                  "--stage", "handoff-speed")
+    assert run.returncode == 0, run.stderr
+    stage = json.loads((tmp_path / "results" / "narrow.json").read_text())["stages"]["handoff-speed"]
+    (row,) = stage["result"]["lengths"].values()
+    names = list(row["settings"])
+    assert names == ["transfer", "transfer (bfloat16 maps)", "tail@0.1", "tail@0.1 (bfloat16 maps)"], names
+    assert all(v["end_to_end_s"] > 0 and v["speedup"] > 0 for v in row["settings"].values())
+    share = row["settings"]["tail@0.1"]["recomputed_share"]
+    assert share > 0 and row["settings"]["tail@0.1 (bfloat16 maps)"]["recomputed_share"] == share
+    adapters = stage["provenance"]["adapters"]
+    assert adapters["heterofold (bfloat16 maps)"]["map_dtype"] == "bfloat16"
+    assert adapters["heterofold (bfloat16 maps)"]["weights_sha256"] == adapters["heterofold"]["weights_sha256"]
+
+
+def test_handoff_stages_load_the_adapter_with_its_products_in_map_dtype(tmp_path):
+    """[handoff] map_dtype: the model the stage scores has only its adapter narrowed (receiver float32), and the
+    provenance block says so."""
+    from benchmarks.stages import _model, _model_block
+
+    path = write_config(tmp_path, "narrow-facts", HEAD + f"""
+        [handoff]
+        adapter = "{TINY_ADAPTER}"
+        grid = "tail:0.1"
+        map_dtype = "bfloat16"
+        """)
+    experiment = config.load(path)
+    model = _model(experiment, experiment.handoff.adapter, experiment.handoff.map_dtype)
+    assert {p.dtype for p in model.resolved.adapter.parameters()} == {torch.bfloat16}
+    assert model.receiver.model.dtype == torch.float32
+    block = _model_block(model, {}, experiment.handoff.map_dtype)
+    assert block["adapters"]["heterofold"]["map_dtype"] == "bfloat16"
+    assert block["adapters"]["heterofold"]["weights_sha256"].startswith("sha256:")
