@@ -11,7 +11,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.commands.bench import BenchArgs
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.bench import WITH_RECOMPUTE, hand_off, prefill_keeps_one_logit, run_bench
-from heterofold_hub.evaluation.provenance import adapter_record, git_state, provenance
+from heterofold_hub.evaluation.provenance import adapter_record, cpu_record, git_state, provenance
 from heterofold_hub.adapter.config import WEIGHTS_NAME
 from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.hub.registry import PairEnd, Registry
@@ -60,6 +60,16 @@ def test_provenance_names_the_commit_versions_threads_and_command():
     assert block["git"]["commit"] == head and isinstance(block["git"]["dirty"], bool)
     assert block["versions"]["torch"] == torch.__version__ and block["versions"]["transformers"]
     assert block["threads"] == torch.get_num_threads() and block["date"].endswith("+00:00")
+    assert set(block["cpu"]) == {"model", "bf16_flags"}
+
+
+def test_the_cpu_record_names_the_model_and_its_bf16_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_record(info) == {"model": "AMD EPYC 9R14", "bf16_flags": ["avx512_bf16"]}
+    info.write_text("processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2\n")
+    assert cpu_record(info)["bf16_flags"] == []
+    assert cpu_record(tmp_path / "absent")["bf16_flags"] is None
 
 
 def test_a_checkout_that_is_not_the_librarys_gives_no_commit(tmp_path):

@@ -5,7 +5,7 @@
     result["provenance"] = provenance({"heterofold": adapter_record(adapter, resolved)})
 
 gives the date, the exact command line, the git commit of the code that ran (and whether it had local changes),
-library versions, torch's thread count and, per adapter, where it came from (``repo@version``, a folder, a
+library versions, torch's thread count, the CPU (whether it multiplies bf16 natively decides what bf16 maps gain) and, per adapter, where it came from (``repo@version``, a folder, a
 composition, or fitted in this run) with the sha256 of its weights; a folder whose weights are those of a
 registered version (a package ``hf-fold pull`` wrote, say) also names that version.
 """
@@ -31,13 +31,14 @@ NOT_SOURCE = (":(exclude)benchmarks/results", ":(exclude)runs")  # results writt
 
 def provenance(adapters: dict[str, dict] | None = None, *, argv: list[str] | None = None) -> dict:
     """The block: ``date`` (UTC), ``command`` (``argv``, default this process's), ``git``, ``versions``,
-    ``threads`` and ``adapters`` (name -> :func:`adapter_record`)."""
+    ``threads``, ``cpu`` (:func:`cpu_record`) and ``adapters`` (name -> :func:`adapter_record`)."""
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(sys.argv if argv is None else argv),
         "git": git_state(),
         "versions": library_versions(),
         "threads": torch.get_num_threads(),
+        "cpu": cpu_record(),
         "adapters": adapters or {},
     }
 
@@ -58,6 +59,22 @@ def git_state(root: Path = CHECKOUT) -> dict:
         return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--", ".", *NOT_SOURCE)
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of x86 CPUs that multiply bf16 in hardware
+
+
+def cpu_record(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
+    """``{"model", "bf16_flags"}``: the CPU's model name and which of :data:`BF16_FLAGS` it has (None where
+    ``/proc/cpuinfo`` is not there to say): the same bf16 maps gain much more on a CPU with them."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return {"model": platform.processor() or None, "bf16_flags": None}
+    first = text.split("\n\n", 1)[0]  # the first processor's block; the others repeat it
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name"), "bf16_flags": [f for f in BF16_FLAGS if f in flags]}
 
 
 def library_versions() -> dict[str, str | None]:
