@@ -104,6 +104,28 @@ def low_rank_speed_markdown(file=("real-g2s-low-rank", "bench"), package="rank64
     return "\n".join(lines)
 
 
+def map_dtype_speed_markdown(file, adapters: dict[str, str], receiver: str, map_dtype: str = "bfloat16") -> str:
+    """Per context length: each of ``adapters`` (bench row -> label) end to end (warm plan + map) with float32 and
+    ``map_dtype`` products, timed side by side in one run against the receiver's float32 prefill; the map time and
+    peak extra memory of the last adapter's narrow row."""
+    from heterofold_hub.commands.placement import map_dtype_row
+
+    rows = _load(file)["directions"][0]["rows"]
+    last, narrow = list(adapters)[-1], map_dtype_row(list(adapters)[-1], map_dtype)
+    short = "bf16" if map_dtype == "bfloat16" else map_dtype
+    head = (f"| receiver tokens | {receiver} prefill | plan (warm) | " +
+            " | ".join(f"end to end, {label}: float32 / {short}" for label in adapters.values()) +
+            f" | map, {adapters[last]}: float32 / {short} | peak, {adapters[last]} {short} (receiver layers) |")
+    lines = [head, "|" + " ---: |" * (head.count("|") - 1)]
+    for r in rows:
+        e2e, t = r["speedup"]["end_to_end"], r["transfer_s"]
+        cells = [str(r["context_tokens"]), f"{r['prefill_s']:.2f} s", f"{r['plan_s'] * 1e3:.1f} ms"]
+        cells += [f"{e2e[name]:.1f}x / **{e2e[map_dtype_row(name, map_dtype)]:.1f}x**" for name in adapters]
+        cells += [f"{t[last] * 1e3:.0f} / {t[narrow] * 1e3:.0f} ms", f"{r['peak_extra_bytes'][narrow] / r['layer_bytes']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def bench_markdown(file=("tiny-bench", "bench")) -> str:
     """The tiny pair's bench table (``python -m benchmarks run tiny-bench --stage bench``), in milliseconds."""
     result = _load(file)
@@ -146,6 +168,8 @@ def blocks() -> dict[str, str]:
             "speed-low-rank-registered": low_rank_speed_markdown(("real-g2s-rank64", "bench")),
             "speed-low-rank-s2g": low_rank_speed_markdown(("real-s2g-low-rank", "bench"), adapter="v1.3.0",
                                                           receiver="Gemma 3"),
+            "speed-rank64-bf16": map_dtype_speed_markdown(("real-g2s-rank64-bf16", "bench"),
+                                                          {"heterofold": "v1.1.0", "v1.0.0": "rank 64"}, "SmolLM2"),
             "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown()}
 

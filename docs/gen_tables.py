@@ -56,6 +56,8 @@ DIRECTIONS = {
         "bench": (("real-bench-long-g2s", "bench"), 2048),
         # (experiment, package ref, bench row): a faster option, scored and timed beside the adapter in one experiment
         "faster": ("real-g2s-rank64", "compress:rank64", "rank64"),
+        # (experiment, bench row of the package, its score row): the faster option again with bf16 products
+        "faster_bf16": ("real-g2s-rank64-bf16", "v1.0.0", "low-rank"),
         "prose": ("real-g2s-prose", "score", "512"),
         "both_baselines": ("real-bench", "bench"),
     },
@@ -162,6 +164,8 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
                      f"threads, {result['dtype']}) | {'; '.join(cells)} | {_link(file, prefix)} |")
     if spec.get("faster"):
         lines.append(_faster_row(*spec["faster"], prefix))
+    if spec.get("faster_bf16"):
+        lines.append(_bf16_row(*spec["faster_bf16"], prefix))
     if spec.get("both_baselines"):
         file = spec["both_baselines"]
         result = next(d for d in _load(file)["directions"] if d["sender"] == _load(spec["fidelity"][512][0])["sender"])
@@ -196,6 +200,27 @@ def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
     return (f"| faster, at a quality cost: the maps factored to rank {rank} (`hf-fold compress --rank {rank}`, "
             f"{where}) | context benefit kept, unseen code: {'; '.join(kept)}. End to end (plan + map, same run): "
             f"{'; '.join(speed)} | {_link((experiment, 'bench'), prefix)} |")
+
+
+def _bf16_row(experiment: str, bench_row: str, score_row: str, prefix: str) -> str:
+    """A package with its products in bf16 (``map_dtype``): what it keeps beside KV Ridge, and its end-to-end
+    speed-up beside this adapter's, both with bf16 products, in the same bench run."""
+    from heterofold_hub.commands.placement import map_dtype_row
+
+    narrow = lambda name: map_dtype_row(name, "bfloat16")  # noqa: E731
+    score, bench = _load((experiment, "score")), _load((experiment, "bench"))["directions"][0]
+    kept = [f"{length} tokens {_row(t, narrow(score_row))['recovered']:.3f} (KL {_row(t, narrow(score_row))['kl']:.3f}; "
+            f"float32 {_row(t, score_row)['recovered']:.3f}, KV Ridge {_row(t, 'kv-ridge')['recovered']:.3f})"
+            for length, t in score.items()]
+    speed = [f"{row['context_tokens']} tokens: **{row['speedup']['end_to_end'][narrow(bench_row)]:.1f}x** "
+             f"({row['speedup']['end_to_end'][narrow('heterofold')]:.1f}x unfactored in bf16)"
+             for row in bench["rows"] if row["context_tokens"] in (512, 2048, 8192)]
+    cpu = stage((experiment, "bench"))["provenance"].get("cpu")  # recorded since 8fdcb1f
+    where = f", {cpu['model']} with {', '.join(cpu['bf16_flags']) or 'no bf16 flags'}" if cpu else ""
+    return (f"| fastest, on a CPU that multiplies bf16 natively: that package with its products in bf16 "
+            f"(`map_dtype=torch.bfloat16`; receiver float32) | context benefit kept, unseen code: {'; '.join(kept)}. "
+            f"End to end (plan + map, same run{where}): {'; '.join(speed)} | "
+            f"{_link((experiment, 'bench'), prefix)} |")
 
 
 def _limits(direction: str) -> str:
