@@ -31,8 +31,11 @@ def points(results: list[dict], docs: int = 96) -> dict:
                 for name, row in rows.items():
                     if name in ("native", "no-context") or row["kept"] is None:
                         continue
-                    strategy = name.split("@")[0] + ("+" + name.split("+", 1)[1] if "+" in name else "")
+                    base, _, repair = name.partition("+")  # e.g. "oracle+L2", "query@0.05+L2"
+                    strategy = base.split("@")[0] + (f"+{repair}" if repair else "")
                     strategy = "transfer (no recompute)" if strategy.startswith("transfer") else strategy
+                    if result.get("map_dtype") == "bfloat16" and "transfer" not in strategy:  # not the float32 curve
+                        strategy += " (bf16 maps)"
                     point = (row["recomputed_share"], row["kept"])
                     shown = out.setdefault((fmt, int(length)), {}).setdefault(strategy, [])
                     if point not in shown:  # a setting re-run on the same documents gives the same point

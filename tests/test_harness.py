@@ -355,3 +355,21 @@ def test_handoff_stages_load_the_adapter_with_its_products_in_map_dtype(tmp_path
     block = _model_block(model, {}, experiment.handoff.map_dtype)
     assert block["adapters"]["heterofold"]["map_dtype"] == "bfloat16"
     assert block["adapters"]["heterofold"]["weights_sha256"].startswith("sha256:")
+
+
+def test_handoff_curve_names_each_strategy_once_and_keeps_bf16_maps_apart():
+    """The trade-off plot's series: a repair suffix is kept once ("oracle+L2", not "oracle+L2+L2"), a share is
+    dropped, and a run with bf16 maps is its own series (not a point on the float32 maps' curve)."""
+    from benchmarks.handoff_plot import points
+
+    def run(rows: dict, map_dtype=None) -> dict:
+        cells = {name: {"recomputed_share": share, "kept": kept} for name, (share, kept) in rows.items()}
+        return {"docs": 96, "map_dtype": map_dtype, "formats": {"code": {"512": cells}}}
+
+    float32 = run({"native": (1.0, 1.0), "transfer": (0.0, 0.0), "oracle+L2": (0.03, 0.86),
+                   "query@0.05+L2": (0.05, 0.85), "statement-tail@0.15": (0.15, 1.17)})
+    bf16 = run({"native": (1.0, 1.0), "transfer": (0.0, 0.0), "statement-tail@0.12": (0.12, 1.17)}, "bfloat16")
+    screen = {**run({"tail@0.1": (0.1, 0.5)}), "docs": 16}  # too few documents to draw
+    panel = points([float32, bf16, screen])[("code", 512)]
+    assert panel == {"transfer (no recompute)": [(0.0, 0.0)], "oracle+L2": [(0.03, 0.86)], "query+L2": [(0.05, 0.85)],
+                     "statement-tail": [(0.15, 1.17)], "statement-tail (bf16 maps)": [(0.12, 1.17)]}
