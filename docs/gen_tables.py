@@ -36,6 +36,15 @@ DIRECTIONS = {
         # fidelity (hf-fold eval --json) with the key scale of the retrieval rows that name one
         "key_scale": "handoff/fidelity-s2g-512-k06.json",
         "speed": (("real-s2g-handoff-speed", "handoff-speed"), "statement@0.05"),
+        # facts and fidelity together: one recompute setting with bf16 products, its retrieval runs (every format
+        # and length), fidelity both ways (hf-fold eval --json) and its timing beside the prefill
+        "knee": {"setting": "statement-tail@0.12", "map_dtype": "bfloat16",
+                 "retrieval": [("real-s2g-handoff-knee12-bf16-512", "handoff"),
+                               ("real-s2g-handoff-knee12-bf16-1024", "handoff"),
+                               ("real-s2g-handoff-knee12-bf16-prose-1024", "handoff"),
+                               ("real-s2g-handoff-knee12-bf16-2048", "handoff")],
+                 "fidelity": [f"handoff/fidelity-{d}-{n}-tail12-bf16.json" for d in ("s2g", "g2s") for n in (512, 2048)],
+                 "speed": ("real-s2g-handoff-knee-bf16", "handoff-speed")},
         "both_baselines": ("real-bench", "bench"),
     },
     "g2s": {
@@ -162,6 +171,8 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
                          f"(map alone {row['prefill_s'] / t:.1f}x)")
         lines.append(f"| end-to-end speed-up over the receiver's own prefill (plan + map, {result['threads']} CPU "
                      f"threads, {result['dtype']}) | {'; '.join(cells)} | {_link(file, prefix)} |")
+    if spec.get("knee"):
+        lines.append(_knee_row(spec["knee"], prefix))
     if spec.get("faster"):
         lines.append(_faster_row(*spec["faster"], prefix))
     if spec.get("faster_bf16"):
@@ -177,6 +188,28 @@ def expect_markdown(direction: str, prefix: str = "") -> str:
                      f"{_link(file, prefix)} |")
     lines.append(f"| known limits | {_limits(direction)} | {_limits_sources(direction, prefix)} |")
     return "\n".join(lines)
+
+
+def _knee_row(knee: dict, prefix: str) -> str:
+    """One recompute setting with the adapter's products in ``map_dtype``, for facts and fidelity together: its
+    share of native retrieval over every measured cell, the context benefit it keeps in both directions, and its
+    end-to-end speed-up at the longest length timed."""
+    from heterofold_hub.commands.placement import map_dtype_row
+
+    setting, dtype = knee["setting"], knee["map_dtype"]
+    kept = [rows[setting]["kept"] for src in knee["retrieval"] for by_length in _load(src)["formats"].values()
+            for rows in by_length.values()]
+    fidelity = [_load(src) for src in knee["fidelity"]]
+    recovered = [_row(r, map_dtype_row("heterofold", dtype))["recovered"] for r in fidelity]
+    n, row = max(_load(knee["speed"])["lengths"].items(), key=lambda item: int(item[0]))
+    speed = row["settings"][map_dtype_row(setting, dtype)]["speedup"]
+    lengths = sorted({r["context_tokens"] for r in fidelity})
+    return (f"| facts and fidelity together: recompute `{setting}` with the products in {dtype} "
+            f"(`map_dtype`; receiver float32) | exact-fact retrieval {min(kept):.2f}-{max(kept):.2f} of native over "
+            f"{len(kept)} cells (code and prose facts, 512-2048 tokens, 96 documents each); context benefit kept "
+            f"{min(recovered):.3f}-{max(recovered):.3f} (both directions, {' and '.join(map(str, lengths))} tokens); "
+            f"**{speed:.1f}x** end to end at {n} tokens | "
+            f"{_links((knee['speed'], *knee['retrieval'], *knee['fidelity']), prefix)} |")
 
 
 def _faster_row(experiment: str, ref: str, bench_row: str, prefix: str) -> str:
