@@ -8,6 +8,12 @@ being native is what helps: the mapped rows of the other facts no longer compete
 
     python benchmarks/probes/distractors.py --direction g2s --docs 96 --length 512 --formats prose code \
         --out probe-distractors-g2s-512.json
+
+With Gemma 3 receiving, facts in prose at 512 tokens, ``statement-tail`` keeps less than ``statement`` alone: do the
+native rows of the recent tail bring other facts' values to the answer? ``--settings`` names what to sort beside native:
+
+    python benchmarks/probes/distractors.py --direction s2g --formats prose \
+        --settings statement@0.05 statement-tail@0.12 --out probe-distractors-s2g-512.json
 """
 
 from __future__ import annotations
@@ -42,24 +48,44 @@ def kind(decoded: str, answer: str, context: str) -> str:
 
 
 def main() -> None:
-    args = probe_parser(__doc__, formats=("prose",)).parse_args()
+    parser = probe_parser(__doc__, formats=("prose",))
+    parser.add_argument("--settings", nargs="+", default=["statement@0.05"], metavar="SELECT@SHARE",
+                        help="recompute settings to sort beside native (default statement@0.05)")
+    args = parser.parse_args()
+    settings = {}
+    for name in args.settings:
+        select, _, share = name.partition("@")
+        try:
+            settings[name] = (select, float(share))
+        except ValueError:
+            parser.error(f"--settings {name!r}: expected SELECT@SHARE, e.g. statement-tail@0.12")
     model, documents, result = open_probe(args)
     receiver, tok = model.receiver, model.receiver.tokenizer
     for fmt in args.formats:
-        kinds: dict[str, list[str]] = {"native": [], "statement@0.05": []}
+        kinds: dict[str, list[str]] = {name: [] for name in ("native", *settings)}
         for p in documents(fmt):
             prefill = model.prefill_sender([p.context])
-            make = {"native": lambda: native_prefill(receiver, [p.context]),
-                    "statement@0.05": lambda: model.transfer(prefill, [p.context], recompute=0.05, select="statement",
-                                                             query=p.question)}
+            make = {"native": lambda: native_prefill(receiver, [p.context])}
+            for name, (select, share) in settings.items():
+                make[name] = lambda select=select, share=share: model.transfer(
+                    prefill, [p.context], recompute=share, select=select, query=p.question)
             for name, cache in make.items():
                 answer = model.generate(cache(), prompt=p.question, max_new_tokens=7, do_sample=False)
                 kinds[name].append(kind(tok.decode(answer[0], skip_special_tokens=True), p.answer, p.context))
         counts = {name: {k: got.count(k) for k in KINDS} for name, got in kinds.items()}
         result["formats"][fmt] = {"counts": counts, "kinds": kinds}
+        for name in settings:  # paired with the first setting: which documents it gains and loses, and as what
+            first = args.settings[0]
+            if name != first:
+                lost = [k for a, k in zip(kinds[first], kinds[name]) if a == "right" and k != "right"]
+                gained = [a for a, k in zip(kinds[first], kinds[name]) if k == "right" and a != "right"]
+                result["formats"][fmt].setdefault("against_first", {})[name] = {
+                    "lost": {k: lost.count(k) for k in KINDS[1:]}, "gained_from": {k: gained.count(k) for k in KINDS[1:]}}
         print(f"\n{args.direction}, {fmt}, {args.length} tokens, {args.docs} documents")
         for name, row in counts.items():
-            print(f"  {name:16} " + ", ".join(f"{k} {n}" for k, n in row.items()))
+            print(f"  {name:22} " + ", ".join(f"{k} {n}" for k, n in row.items()))
+        for name, row in result["formats"][fmt].get("against_first", {}).items():
+            print(f"  {name} against {args.settings[0]}: lost as {row['lost']}, gained from {row['gained_from']}")
     save(args, result)
 
 
