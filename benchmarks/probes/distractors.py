@@ -47,6 +47,14 @@ def kind(decoded: str, answer: str, context: str) -> str:
     return "other"
 
 
+def sibling_in_tail(tok, context: str, answer: str, share: float) -> bool:
+    """Whether another fact's value lies in the last ``share`` of the context's receiver tokens: the span a tail
+    strategy recomputes, to within the asked line it takes first (so slightly wider than that span)."""
+    offsets = tok(context, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
+    start = offsets[min(len(offsets) - 1, int(len(offsets) * (1 - share)))][0]
+    return any(m.start() >= start for m in re.finditer(r"\b\d{5}\b", context) if m.group() != answer)
+
+
 def main() -> None:
     parser = probe_parser(__doc__, formats=("prose",))
     parser.add_argument("--settings", nargs="+", default=["statement@0.05"], metavar="SELECT@SHARE",
@@ -63,7 +71,10 @@ def main() -> None:
     receiver, tok = model.receiver, model.receiver.tokenizer
     for fmt in args.formats:
         kinds: dict[str, list[str]] = {name: [] for name in ("native", *settings)}
+        tails = {name: [] for name, (select, _) in settings.items() if select.endswith("tail")}
         for p in documents(fmt):
+            for name in tails:
+                tails[name].append(sibling_in_tail(tok, p.context, p.answer, settings[name][1]))
             prefill = model.prefill_sender([p.context])
             make = {"native": lambda: native_prefill(receiver, [p.context])}
             for name, (select, share) in settings.items():
@@ -81,11 +92,17 @@ def main() -> None:
                 gained = [a for a, k in zip(kinds[first], kinds[name]) if k == "right" and a != "right"]
                 result["formats"][fmt].setdefault("against_first", {})[name] = {
                     "lost": {k: lost.count(k) for k in KINDS[1:]}, "gained_from": {k: gained.count(k) for k in KINDS[1:]}}
+        for name, inside in tails.items():  # its answers by whether another fact was in the span it recomputes
+            result["formats"][fmt].setdefault("sibling_in_tail", {})[name] = {
+                str(flag): {k: sum(1 for i, g in zip(inside, kinds[name]) if i == flag and g == k) for k in KINDS}
+                for flag in (True, False)}
         print(f"\n{args.direction}, {fmt}, {args.length} tokens, {args.docs} documents")
         for name, row in counts.items():
             print(f"  {name:22} " + ", ".join(f"{k} {n}" for k, n in row.items()))
         for name, row in result["formats"][fmt].get("against_first", {}).items():
             print(f"  {name} against {args.settings[0]}: lost as {row['lost']}, gained from {row['gained_from']}")
+        for name, row in result["formats"][fmt].get("sibling_in_tail", {}).items():
+            print(f"  {name}, another fact in its tail: {row['True']}; none there: {row['False']}")
     save(args, result)
 
 
