@@ -197,8 +197,11 @@ def _knee_row(knee: dict, prefix: str) -> str:
     from heterofold_hub.commands.placement import map_dtype_row
 
     setting, dtype = knee["setting"], knee["map_dtype"]
-    kept = [rows[setting]["kept"] for src in knee["retrieval"] for by_length in _load(src)["formats"].values()
-            for rows in by_length.values()]
+    runs = [_load(src) for src in knee["retrieval"]]
+    cells = [(fmt, int(n), run["docs"], rows[setting]["kept"]) for run in runs
+             for fmt, by_length in run["formats"].items() for n, rows in by_length.items()]
+    kept, formats = [c[3] for c in cells], " and ".join(sorted({c[0] for c in cells}))
+    tokens, docs = sorted({c[1] for c in cells}), "/".join(map(str, sorted({c[2] for c in cells})))
     fidelity = [_load(src) for src in knee["fidelity"]]
     recovered = [_row(r, map_dtype_row("heterofold", dtype))["recovered"] for r in fidelity]
     n, row = max(_load(knee["speed"])["lengths"].items(), key=lambda item: int(item[0]))
@@ -206,7 +209,7 @@ def _knee_row(knee: dict, prefix: str) -> str:
     lengths = sorted({r["context_tokens"] for r in fidelity})
     return (f"| facts and fidelity together: recompute `{setting}` with the products in {dtype} "
             f"(`map_dtype`; receiver float32) | exact-fact retrieval {min(kept):.2f}-{max(kept):.2f} of native over "
-            f"{len(kept)} cells (code and prose facts, 512-2048 tokens, 96 documents each); context benefit kept "
+            f"{len(kept)} cells ({formats} facts, {tokens[0]}-{tokens[-1]} tokens, {docs} documents each); context benefit kept "
             f"{min(recovered):.3f}-{max(recovered):.3f} (both directions, {' and '.join(map(str, lengths))} tokens); "
             f"**{speed:.1f}x** end to end at {n} tokens | "
             f"{_links((knee['speed'], *knee['retrieval'], *knee['fidelity']), prefix)} |")

@@ -31,6 +31,7 @@ from heterofold_hub.transfer.pipeline import native_prefill  # noqa: E402
 from answers import open_probe, probe_parser, save  # noqa: E402 (this folder's)
 
 KINDS = ("right", "another fact's value", "near miss", "other")
+VALUE = re.compile(r"\b\d{5}\b")  # a fact's value, as the hand-off documents state them
 
 
 def kind(decoded: str, answer: str, context: str) -> str:
@@ -40,7 +41,7 @@ def kind(decoded: str, answer: str, context: str) -> str:
     got = found.group(1) if found else ""
     if got == answer:
         return "right"
-    if got in set(re.findall(r"\b\d{5}\b", context)) - {answer}:
+    if got in set(VALUE.findall(context)) - {answer}:
         return "another fact's value"
     if len(got) == len(answer) and sum(a != b for a, b in zip(got, answer)) <= 2:
         return "near miss"
@@ -52,7 +53,7 @@ def sibling_in_tail(tok, context: str, answer: str, share: float) -> bool:
     strategy recomputes, to within the asked line it takes first (so slightly wider than that span)."""
     offsets = tok(context, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
     start = offsets[min(len(offsets) - 1, int(len(offsets) * (1 - share)))][0]
-    return any(m.start() >= start for m in re.finditer(r"\b\d{5}\b", context) if m.group() != answer)
+    return any(m.start() >= start for m in VALUE.finditer(context) if m.group() != answer)
 
 
 def main() -> None:
@@ -85,8 +86,8 @@ def main() -> None:
                 kinds[name].append(kind(tok.decode(answer[0], skip_special_tokens=True), p.answer, p.context))
         counts = {name: {k: got.count(k) for k in KINDS} for name, got in kinds.items()}
         result["formats"][fmt] = {"counts": counts, "kinds": kinds}
+        first = args.settings[0]
         for name in settings:  # paired with the first setting: which documents it gains and loses, and as what
-            first = args.settings[0]
             if name != first:
                 lost = [k for a, k in zip(kinds[first], kinds[name]) if a == "right" and k != "right"]
                 gained = [a for a, k in zip(kinds[first], kinds[name]) if k == "right" and a != "right"]
@@ -100,7 +101,7 @@ def main() -> None:
         for name, row in counts.items():
             print(f"  {name:22} " + ", ".join(f"{k} {n}" for k, n in row.items()))
         for name, row in result["formats"][fmt].get("against_first", {}).items():
-            print(f"  {name} against {args.settings[0]}: lost as {row['lost']}, gained from {row['gained_from']}")
+            print(f"  {name} against {first}: lost as {row['lost']}, gained from {row['gained_from']}")
         for name, row in result["formats"][fmt].get("sibling_in_tail", {}).items():
             print(f"  {name}, another fact in its tail: {row['True']}; none there: {row['False']}")
     save(args, result)
