@@ -22,7 +22,7 @@ _EXPORTS = {
     "TransferPipeline": "heterofold_hub.transfer.pipeline", "TransferResult": "heterofold_hub.transfer.pipeline",
     "TransferPlan": "heterofold_hub.transfer.plan",
     "LayerStream": "heterofold_hub.transfer.fast",
-    "RecomputeSettings": "heterofold_hub.transfer.recompute", "SELECTORS": "heterofold_hub.transfer.selection",
+    "TransferConfig": "heterofold_hub.transfer.config", "SELECTORS": "heterofold_hub.transfer.selection",
     "SenderPrefill": "heterofold_hub.transfer.sender", "prefill_sender": "heterofold_hub.transfer.sender",
 }
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from heterofold_hub.transfer.fast import LayerStream
     from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult
     from heterofold_hub.transfer.plan import TransferPlan
-    from heterofold_hub.transfer.recompute import RecomputeSettings
+    from heterofold_hub.transfer.config import TransferConfig
     from heterofold_hub.transfer.selection import SELECTORS
     from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
 

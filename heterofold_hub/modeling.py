@@ -15,7 +15,8 @@ import torch
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.base_models.loading import Side
-from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, check_result, native_prefill
 from heterofold_hub.transfer.plan import TransferPlan
 from heterofold_hub.hub.registry import NoAdapterError, Registry, open_registry
 from heterofold_hub.hub.resolve import ResolvedAdapter, resolve_adapter
@@ -146,33 +147,64 @@ class HeteroFoldModel:
                 self.pipeline.sender = self.sender
         return prefill_sender(self.sender, text, surprisal=surprisal)
 
-    def transfer(self, sender_cache, text: str | list[str] | None = None, *, plan: TransferPlan | None = None,
-                 **kwargs) -> TransferResult:
+    def transfer(
+        self,
+        sender_cache,
+        text: str | list[str] | None = None,
+        *,
+        plan: TransferPlan | None = None,
+        config: TransferConfig | None = None,
+        recompute: float | None = None,
+        select: str | None = None,
+        repair_layers: int | None = None,
+        mapped_key_scale: float | None = None,
+        query: str | list[str] | None = None,
+        spans: list[list[tuple[int, int]]] | None = None,
+        sender_position_ids: torch.Tensor | None = None,
+    ) -> TransferResult:
         """The receiver cache for ``text`` (or a :meth:`plan` of it) from the sender's cache of it
-        (``prefilled=True`` when it fell back to the receiver's own prefill). ``recompute``, ``select``, ``query``,
-        ``repair_layers``: see :meth:`TransferPipeline.transfer`; by default the adapter version's recommended
-        setting (:meth:`transfer_defaults`)."""
+        (``prefilled=True`` when it fell back to the receiver's own prefill).
+
+        What the receiver recomputes after the map is one :class:`TransferConfig`: pass ``config=``, or any of its
+        fields by name. Naming ``recompute`` sets the share yourself, the other fields defaulting
+        (``recompute=0`` is the pure transfer); naming only ``select``, ``repair_layers`` or ``mapped_key_scale``
+        replaces those fields of the adapter version's recommended setting (:attr:`recommended`); naming none runs
+        it (the pure transfer when the version recommends none). ``result.config`` says what ran.
+
+        - ``recompute``: share of the context's mapped positions the receiver recomputes, in [0, 1];
+        - ``select``: which positions (``"statement"``, ``"statement-tail"``, ``"tail"``, ``"content"``, ...);
+        - ``repair_layers``: the receiver's first layers recomputed for every position;
+        - ``mapped_key_scale``: a factor on the keys of the rows left mapped (1: unchanged);
+        - ``query``: the receiver's prompt, for a select that reads it; without it that recompute waits for
+          :meth:`generate`'s prompt;
+        - ``spans``: per context, the character spans ``select="oracle"`` recomputes;
+        - ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns.
+        """
+        chosen = TransferConfig.resolve(config, recommended=self.recommended, recompute=recompute, select=select,
+                                        repair_layers=repair_layers, mapped_key_scale=mapped_key_scale)
         if self.pipeline is not None:
-            return self.pipeline.transfer(sender_cache, text, plan=plan, **{**self.transfer_defaults(kwargs), **kwargs})
+            return self.pipeline.transfer(sender_cache, text, plan=plan, config=chosen, query=query, spans=spans,
+                                          sender_position_ids=sender_position_ids)
         if text is None:
             raise HeteroFoldError("This model falls back to native prefill (no adapter), which needs the text itself.")
         return native_prefill(self.receiver, text)
 
-    def transfer_defaults(self, given: dict) -> dict:
-        """The adapter version's recommended recompute (the smallest measured to keep >= 90% of native retrieval,
-        recorded in the registry), unless the call sets any of recompute, select or repair_layers itself
-        (``recompute=0`` is the pure transfer). A recommendation whose select reads the receiver's prompt uses
-        ``query=`` when the call passes it, and otherwise waits for :meth:`generate`'s prompt (the result keeps the
-        sender's cache until then: :class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
+    @property
+    def recommended(self) -> TransferConfig | None:
+        """The adapter version's recommended setting (the smallest recompute measured to keep >= 90% of native
+        retrieval, recorded in the registry), or None. A recommendation whose select reads the receiver's prompt
+        uses ``query=`` when the call passes it, and otherwise waits for :meth:`generate`'s prompt (the result keeps
+        the sender's cache until then: :class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
         recommended = None if self.resolved is None else self.resolved.recommended
-        if recommended is None or given.keys() & {"recompute", "select", "repair_layers"}:
-            return {}
-        return {"recompute": recommended["recompute"], "select": recommended["select"],
-                "repair_layers": recommended["repair_layers"]}
+        if recommended is None or isinstance(recommended, TransferConfig):
+            return recommended
+        return TransferConfig.from_dict(recommended, where=f"the registry's entry for {self.resolved.describe()}")
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from ``result``, the receiver first reading ``prompt`` itself (one per
-        context, or one for all); returns only the new tokens ``[B, new]``."""
+        context, or one for all); returns only the new tokens ``[B, new]``. ``result`` is not changed: ask it any
+        number of questions."""
+        check_result(result, self.receiver)
         return TransferPipeline.continue_from(self.receiver.model, result, prompt=prompt,
                                               tokenizer=self.receiver.tokenizer, **kwargs)
 

@@ -16,7 +16,7 @@ from heterofold_hub.adapter.config import WEIGHTS_NAME
 from heterofold_hub.adapter.save_and_load import save_adapter
 from heterofold_hub.hub.registry import PairEnd, Registry
 from heterofold_hub.hub.resolve import ResolvedAdapter
-from heterofold_hub.transfer.recompute import RecomputeSettings
+from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
 
 from conftest import tiny_model
@@ -117,10 +117,10 @@ def tiny_pair(bpe, unigram):
 @pytest.mark.parametrize("select, extra", [("content", True), ("tail", False)])
 def test_a_bench_with_recompute_times_the_users_call_and_adds_the_senders_extra_pass(tiny_pair, select, extra):
     sender, receiver, adapter = tiny_pair
-    settings = RecomputeSettings(fraction=0.25, select=select)
+    settings = TransferConfig(recompute=0.25, select=select)
     result = run_bench(sender, receiver, {"heterofold": adapter}, texts(), [48], repeats=1, recompute=settings)
     row, variant = result["rows"][0], WITH_RECOMPUTE
-    assert row["recompute"] == settings.describe() and row["recompute_of"] == {variant: "heterofold"}
+    assert row["recompute"] == settings.to_dict() and row["recompute_of"] == {variant: "heterofold"}
     # the timed call (map + recompute) is what the user pays; the derived recompute is exactly that minus the map
     both = row["map_recompute_s"][variant]
     assert row["transfer_s"]["heterofold"] + row["recompute_s"][variant] == pytest.approx(both)
@@ -134,7 +134,7 @@ def test_a_bench_with_recompute_times_the_users_call_and_adds_the_senders_extra_
 def test_a_bench_without_recompute_records_none(tiny_pair):
     sender, receiver, adapter = tiny_pair
     row = run_bench(sender, receiver, {"heterofold": adapter}, texts(), [32], repeats=1,
-                    recompute=RecomputeSettings())["rows"][0]  # all zero: the pure transfer
+                    recompute=TransferConfig())["rows"][0]  # all zero: the pure transfer
     assert (row["recompute"], row["recompute_s"], row["sender_extra_s"]) == (None, {}, {})
     assert row["end_to_end_s"]["heterofold"] == pytest.approx(row["plan_s"] + row["transfer_s"]["heterofold"])
 

@@ -7,6 +7,7 @@ import torch
 
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import PairMismatchError
+from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
 from heterofold_hub.transfer.sender import prefill_sender
 
@@ -52,8 +53,8 @@ def test_two_adapters_never_share_a_key_and_mapped_never_meets_native(pair):
     assert r1.cache_key() != r2.cache_key() and r1.cache_key(0) != r2.cache_key(0)
     assert one.transfer(prefill, [LONG, SHORT]).cache_key() == r1.cache_key()  # deterministic
     assert r1.cache_key(0) != r1.cache_key(1)  # rows of other text
-    recomputed = one.transfer(prefill, [LONG, SHORT], recompute=0.1, select="tail")
-    assert recomputed.identity["recompute"]["fraction"] == 0.1 and recomputed.cache_key() != r1.cache_key()
+    recomputed = one.transfer(prefill, [LONG, SHORT], config=TransferConfig(recompute=0.1, select="tail"))
+    assert recomputed.identity["recompute"]["recompute"] == 0.1 and recomputed.cache_key() != r1.cache_key()
     native = native_prefill(receiver, [LONG, SHORT])
     assert native.identity["kind"] == "native" and r1.identity["kind"] == "mapped"
     assert native.identity["receiver_tokens"] == r1.identity["receiver_tokens"]  # same tokens ...

@@ -16,7 +16,8 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.fast import map_every_position
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
-from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.recompute import recomputed_layers
 from heterofold_hub.transfer.selection import SELECTORS, SelectionInputs, choose, spread_back, spread_in_line
 from heterofold_hub.transfer.sender import prefill_sender
 
@@ -51,7 +52,7 @@ def test_recompute_everything_is_native_prefill(arch, bpe, unigram):
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     native = native_prefill(pipe.receiver, CONTEXTS)
-    full = pipe.transfer(prefill, CONTEXTS, recompute=1.0, select="tail")
+    full = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=1.0, select="tail"))
     assert full.recompute["share"] == 1.0
     if arch == "gemma3_text":  # the contexts run past the sliding window, so that path is the one tested
         assert len(unigram(CONTEXTS[0]).input_ids) > 4 * GEMMA3_WINDOW
@@ -67,7 +68,7 @@ def test_recompute_zero_is_the_pure_transfer(arch, bpe, unigram):
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     pure = pipe.transfer(prefill.cache, CONTEXTS)
-    zero = pipe.transfer(prefill, CONTEXTS, recompute=0.0, select="query")
+    zero = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.0, select="query"))
     assert zero.recompute is None
     for (k, k0), (v, v0), _ in layer_pairs(pure, zero):
         assert torch.equal(k, k0) and torch.equal(v, v0)
@@ -80,7 +81,7 @@ def test_partial_recompute_replaces_exactly_the_chosen_rows(arch, bpe, unigram):
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     pure = pipe.transfer(prefill, CONTEXTS)
-    part = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail")
+    part = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.25, select="tail"))
     native = native_prefill(pipe.receiver, CONTEXTS)
     assert 0.2 < part.recompute["share"] < 0.3
     plan = pipe.plan(CONTEXTS)
@@ -109,10 +110,10 @@ def test_mapped_key_scale_scales_only_the_keys_left_mapped(arch, bpe, unigram):
     pure transfer's mapped keys."""
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
-    plain = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail")
-    scaled = pipe.transfer(prefill, CONTEXTS, recompute=0.25, select="tail", mapped_key_scale=0.5)
+    plain = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.25, select="tail"))
+    scaled = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.25, select="tail", mapped_key_scale=0.5))
     assert scaled.recompute == {**plain.recompute, "mapped_key_scale": 0.5}
-    assert "mapped_key_scale" not in plain.recompute  # records of unscaled settings stay as they were
+    assert plain.recompute["mapped_key_scale"] == 1.0  # a record names every field of the config it ran
     plan = pipe.plan(CONTEXTS)
     columns = plan.cache_tokens
     left = plan.alignment.mapped_mask.clone()
@@ -128,7 +129,7 @@ def test_mapped_key_scale_scales_only_the_keys_left_mapped(arch, bpe, unigram):
         assert torch.equal(k * other, kp * other) and torch.equal(v, vp)
         scaled_any = scaled_any or bool((kp * mapped).abs().max() > 0)
     assert scaled_any
-    pure, alone = pipe.transfer(prefill, CONTEXTS), pipe.transfer(prefill, CONTEXTS, mapped_key_scale=2.0)
+    pure, alone = pipe.transfer(prefill, CONTEXTS), pipe.transfer(prefill, CONTEXTS, config=TransferConfig(mapped_key_scale=2.0))
     assert alone.recompute["share"] == 0.0
     rows_mapped = plan.alignment.mapped_mask
     for (k, kp), (v, vp), rows in layer_pairs(alone, pure):
@@ -147,7 +148,7 @@ def test_a_recomputed_tail_is_the_receivers_own_continuation_of_the_mapped_rest(
     pipe = pipeline(arch, bpe, unigram)
     context = CONTEXTS[0]
     prefill = prefill_sender(pipe.sender, [context])
-    part = pipe.transfer(prefill, [context], recompute=0.25, select="tail")
+    part = pipe.transfer(prefill, [context], config=TransferConfig(recompute=0.25, select="tail"))
     plan = pipe.plan([context])
     columns, tail = plan.cache_tokens, round(int(plan.alignment.mapped_mask.sum()) * 0.25)
     if arch == "gemma3_text":  # the recomputed rows reach back past a window, and a window spans fewer columns
@@ -180,7 +181,7 @@ def test_sliding_layers_map_only_the_windows_a_recompute_reads(bpe, unigram):
 
     kw = dict(receiver=pipe.receiver, sender=pipe.sender, alignment=plan.alignment, sender_layers=layers,
               sender_mask=prefill.attention_mask, surprisal=None, query=None, spans=spans, texts=CONTEXTS)
-    settings = RecomputeSettings(select="oracle")
+    settings = TransferConfig(select="oracle")
     part, choice = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, True), **kw)
     full, again = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, False), **kw)
     needed, windows = asked[0], pipe.receiver.spec.windows
@@ -202,7 +203,7 @@ def test_repair_layers_makes_the_first_layers_native_everywhere(bpe, unigram):
     pipe = pipeline("llama", bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     native = native_prefill(pipe.receiver, CONTEXTS)
-    repaired = pipe.transfer(prefill, CONTEXTS, repair_layers=2)
+    repaired = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(repair_layers=2))
     pure = pipe.transfer(prefill, CONTEXTS)
     pairs = list(layer_pairs(repaired, native))
     for (k, nk), (v, nv), rows in pairs[:2]:
@@ -216,7 +217,7 @@ def test_every_strategy_runs_and_recomputes_its_share(select, bpe, unigram):
     pipe = pipeline("qwen2", bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS, surprisal=True)
     spans = [[(10, 40)], [(0, 25)]]
-    result = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select=select, query="def answer():", spans=spans)
+    result = pipe.transfer(prefill, CONTEXTS, query="def answer():", spans=spans, config=TransferConfig(recompute=0.1, select=select))
     share = result.recompute["share"]
     assert (0 < share < 0.2) if select in ("oracle", "statement") else abs(share - 0.1) < 0.02  # the others fill it
     assert all(torch.isfinite(k).all() for k, _ in cache_layers(result.cache))
@@ -226,14 +227,14 @@ def test_bad_settings_name_the_value_and_the_choices(bpe, unigram):
     pipe = pipeline("llama", bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     with pytest.raises(HeteroFoldError, match=r"recompute=1\.5.*\[0, 1\]"):
-        pipe.transfer(prefill, CONTEXTS, recompute=1.5)
+        pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=1.5))
     with pytest.raises(HeteroFoldError, match=r"select='nearest'.*content.*oracle"):
-        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="nearest")
+        pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.1, select="nearest"))
     for bad in (0, -0.5, True, "0.7"):
         with pytest.raises(HeteroFoldError, match=r"mapped_key_scale=.*\(0, 4\].*mapped_key_scale=0\.7"):
-            pipe.transfer(prefill, CONTEXTS, recompute=0.1, mapped_key_scale=bad)
+            pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.1, mapped_key_scale=bad))
     with pytest.raises(HeteroFoldError, match="3 queries for 2 contexts"):
-        pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="query", query=["a", "b", "c"])
+        pipe.transfer(prefill, CONTEXTS, query=["a", "b", "c"], config=TransferConfig(recompute=0.1, select="query"))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
@@ -245,13 +246,13 @@ def test_a_recompute_that_reads_the_prompt_waits_for_it(arch, bpe, unigram):
     pipe = pipeline(arch, bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     prompt, kw = ["def answer():", "return"], dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
-    deferred = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement")
+    deferred = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.1, select="statement"))
     pure = pipe.transfer(prefill, CONTEXTS)
-    assert deferred.recompute == {"fraction": 0.1, "select": "statement", "repair_layers": 0, "share": 0.0,
-                                  "deferred": True}
+    assert deferred.recompute == {"recompute": 0.1, "select": "statement", "repair_layers": 0,
+                                  "mapped_key_scale": 1.0, "share": 0.0, "deferred": True}
     for (k, k0), (v, v0), _ in layer_pairs(deferred, pure):
         assert torch.equal(k, k0) and torch.equal(v, v0)
-    asked = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement", query=prompt)
+    asked = pipe.transfer(prefill, CONTEXTS, query=prompt, config=TransferConfig(recompute=0.1, select="statement"))
     applied = deferred.deferred.apply(prompt)
     assert applied.recompute == asked.recompute and 0 < asked.recompute["share"] <= 0.1
     for (k, k0), (v, v0), _ in layer_pairs(applied, asked):
@@ -259,7 +260,7 @@ def test_a_recompute_that_reads_the_prompt_waits_for_it(arch, bpe, unigram):
     for (k, k0), (v, v0), _ in layer_pairs(deferred, pure):  # the pure cache it started from is left as it was
         assert torch.equal(k, k0) and torch.equal(v, v0)
     assert torch.equal(pipe.generate(deferred, prompt=prompt, **kw), pipe.generate(asked, prompt=prompt, **kw))
-    again = pipe.transfer(prefill, CONTEXTS, recompute=0.1, select="statement")
+    again = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.1, select="statement"))
     assert torch.equal(pipe.generate(again, **kw), pipe.generate(pipe.transfer(prefill, CONTEXTS), **kw))
     for (k, k0), (v, v0), _ in layer_pairs(again.deferred.apply(prompt), asked):  # its cache grew: mapped afresh
         assert torch.equal(k, k0) and torch.equal(v, v0)
@@ -271,14 +272,14 @@ def test_keywords_runs_no_model_where_query_reads_the_senders_attention(bpe, uni
     pipe = pipeline("llama", bpe, unigram)
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     pipe.sender = dataclasses.replace(pipe.sender, model=None)
-    kw = dict(recompute=0.2, query="def answer():")
-    keywords = pipe.transfer(prefill, CONTEXTS, select="keywords", **kw)
-    query = pipe.transfer(prefill, CONTEXTS, select="query", **kw)
+    kw = dict(query="def answer():")
+    keywords = pipe.transfer(prefill, CONTEXTS, **kw, config=TransferConfig(recompute=0.2, select="keywords"))
+    query = pipe.transfer(prefill, CONTEXTS, **kw, config=TransferConfig(recompute=0.2, select="query"))
     for (k, k0), (v, v0), _ in layer_pairs(keywords, query):
         assert torch.equal(k, k0) and torch.equal(v, v0)
     assert keywords.recompute["share"] == pytest.approx(0.2, abs=0.02)
     with pytest.raises(HeteroFoldError, match="not loaded"):
-        pipe.transfer(prefill, CONTEXTS, select="attention", **kw)
+        pipe.transfer(prefill, CONTEXTS, **kw, config=TransferConfig(recompute=0.2, select="attention"))
 
 
 def test_statement_takes_only_the_best_matching_lines_within_the_share(unigram):

@@ -68,8 +68,8 @@ def test_the_recommended_setting_is_the_default_and_recompute_0_the_pure_transfe
                                             registry=registry_copy)
     text = "def add(a, b):\n    return a + b\n" * 8
     prefill = model.prefill_sender(text)
-    assert model.transfer(prefill, text).recompute == {"fraction": 0.1, "select": "tail", "repair_layers": 1,
-                                                       "share": pytest.approx(0.1, abs=0.02)}
+    assert model.transfer(prefill, text).recompute == {"recompute": 0.1, "select": "tail", "repair_layers": 1,
+                                                       "mapped_key_scale": 1.0, "share": pytest.approx(0.1, abs=0.02)}
     assert model.transfer(prefill, text, recompute=0).recompute is None
     assert json.loads(registry_copy.read_text())["schema_version"] == 1
 
@@ -88,7 +88,7 @@ def test_a_recommendation_that_reads_the_prompt_uses_the_query_or_waits_for_the_
     kw = dict(max_new_tokens=3, min_new_tokens=3, do_sample=False)
     assert model.generate(waiting, **kw).shape == (1, 3)  # no prompt either: continues from the pure transfer
     asked = model.transfer(prefill, text, query="def sub(")
-    assert asked.recompute["select"] == "statement" and asked.recompute["fraction"] == 0.2
+    assert asked.recompute["select"] == "statement" and asked.recompute["recompute"] == 0.2
     assert 0 < asked.recompute["share"] <= 0.2
     assert torch.equal(model.generate(waiting, prompt="def sub(", **kw), model.generate(asked, prompt="def sub(", **kw))
     assert model.transfer(prefill, text, query="def sub(", recompute=0).recompute is None

@@ -45,10 +45,10 @@ class BenchArgs:
     adapters: list[Path] = field(default_factory=list)  # packages timed beside the methods, each a row named by its folder
 
     def recompute_settings(self):
-        from heterofold_hub.transfer.recompute import RecomputeSettings
+        from heterofold_hub.transfer.config import TransferConfig
 
-        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                                 mapped_key_scale=self.mapped_key_scale)
+        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                              mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         problems = dtype_problems(self.dtype) + map_dtype_problems(self.map_dtype, self.dtype)
@@ -57,7 +57,7 @@ class BenchArgs:
         except HeteroFoldError as err:
             problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {err}")
         else:
-            from heterofold_hub.transfer.selection import needs_query
+            from heterofold_hub.transfer.config import needs_query
 
             if needs_query(settings.select) and settings.active and self.query is None:
                 problems.append(f"--select {settings.select} reads the receiver's prompt: give it with --query TEXT")
@@ -172,7 +172,7 @@ def bench_adapters(sender, receiver, pivot: str | None = None) -> tuple[dict, di
 def results_tables(result: dict) -> tuple[Table, Table]:
     """Two tables that fit a terminal: the times, and what they mean for heterofold's hand-off."""
     from heterofold_hub.evaluation.bench import WITH_RECOMPUTE  # here: `hf-fold --help` must not pay for torch
-    from heterofold_hub.evaluation.reports import scaled_keys
+    from heterofold_hub.evaluation.reports import recompute_phrase
 
     times = Table(title=f"{result['sender']} -> {result['receiver']}: milliseconds, median of {result['repeats']} "
                         f"({result['threads']} CPU threads)", caption="plan: on a warm pipeline (a second hand-off); "
@@ -182,10 +182,7 @@ def results_tables(result: dict) -> tuple[Table, Table]:
     for column in ("context", "prefill", *cpp, "plan", "plan cold", "recompute", "sender extra", "copy", *methods):
         times.add_column(column, justify="right")
     recomputed = result.get("recompute")
-    title = "heterofold hand-off" + ("" if not recomputed else f", recomputing {recomputed['fraction']:g} by "
-                                     f"{recomputed['select']}" + (f" + first {recomputed['repair_layers']} layers"
-                                                                  if recomputed["repair_layers"] else "")
-                                     + scaled_keys(recomputed))
+    title = "heterofold hand-off" + ("" if not recomputed else ", " + recompute_phrase(recomputed))
     variant = ["with recompute"] if recomputed else []  # heterofold+recompute's end-to-end, beside the pure transfer's
     ratios = Table(title=title, caption="end-to-end: prefill / (plan + map), the headline; with recompute: prefill / "
                    "(plan + map + recompute + sender extra); "

@@ -46,14 +46,14 @@ class EvalArgs:
     mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped (1: unchanged)
 
     def recompute_settings(self):
-        from heterofold_hub.transfer.recompute import RecomputeSettings
+        from heterofold_hub.transfer.config import TransferConfig
 
-        return RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                                 mapped_key_scale=self.mapped_key_scale)
+        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                              mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        from heterofold_hub.transfer.selection import needs_query
+        from heterofold_hub.transfer.config import needs_query
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot) + dtype_problems(self.dtype)

@@ -62,30 +62,25 @@ class RetrievalArgs:
     repair_layers: int = 0
     mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped
 
-    def recompute_kwargs(self) -> dict:
-        """The transfer keywords for the recompute flags ({} for the pure transfer)."""
-        from heterofold_hub.transfer.recompute import RecomputeSettings
+    def recompute_settings(self):
+        from heterofold_hub.transfer.config import TransferConfig
 
-        settings = RecomputeSettings(fraction=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                                     mapped_key_scale=self.mapped_key_scale)
-        return {"recompute": self.recompute, "select": self.select, "repair_layers": self.repair_layers,
-                "mapped_key_scale": self.mapped_key_scale} if settings.active else {}
+        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
+                              mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
         from heterofold_hub.commands.evaluate import shared_problems
-        from heterofold_hub.transfer.selection import needs_query
-
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot)
         if self.question_by not in ("receiver", "sender"):
             problems.append(f"--question-by: {self.question_by!r}; choose receiver (the hand-off: the receiver reads "
                             "its own question) or sender (the question is transferred with the context)")
         try:
-            needs_prompt = needs_query(self.recompute_kwargs().get("select"))
-            if needs_prompt and self.question_by != "receiver":
+            config = self.recompute_settings()
+            if config.reads_prompt and self.question_by != "receiver":
                 problems.append(f"--select {self.select}: reads the receiver's question, so it needs --question-by receiver")
-            if self.recompute_kwargs().get("select") == "oracle":
+            if config.select == "oracle":
                 problems.append("--select oracle: needs answer spans, which this command does not pass; use "
                                 "the harness's handoff stage (benchmarks/handoff.py) for the oracle")
         except HeteroFoldError as bad:
@@ -116,12 +111,11 @@ def _cell(row: dict, reference: bool) -> str:
 def results_table(result: dict) -> Table:
     """Rows: methods; columns: lengths; cells: exact-match accuracy (kept share of native accuracy)."""
     from heterofold_hub.evaluation.retrieval import REFERENCES
-    from heterofold_hub.evaluation.reports import scaled_keys
+    from heterofold_hub.evaluation.reports import recompute_phrase
 
     recompute = result.get("recompute")
     how = f"question read by the {result.get('question_by', 'sender')}" + (
-        "" if not recompute else f", recompute {recompute['recompute']:g} by {recompute['select']}"
-        + (f" + first {recompute['repair_layers']} layers" if recompute["repair_layers"] else "") + scaled_keys(recompute))
+        "" if not recompute else ", " + recompute_phrase(recompute))
     table = Table(title=f"{result['sender']} -> {result['receiver']}: retrieval exact-match accuracy (kept = accuracy "
                         f"/ native accuracy), {result['docs']} docs per length, {how}")
     table.add_column("method")
@@ -216,7 +210,7 @@ def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = con
     scored = scored_adapters(args, sender, receiver, calib_texts)
     made = provenance(scored.records)  # before scoring: the commit it records is the code that ran
     result = evaluate_retrieval(sender, receiver, scored.adapters, prompts, batch_size=args.batch_size,
-                                question_by=args.question_by, recompute=args.recompute_kwargs() or None)
+                                question_by=args.question_by, recompute=args.recompute_settings())
     result.update(seed=args.seed, data=args.data, calib_data=args.calib_data,
                   calibration_windows=scored.calibration_windows, adapters=scored.sources, provenance=made)
     result = _json_safe(result)

@@ -44,8 +44,7 @@ from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.transfer.plan import PlanCache, build_plan
-from heterofold_hub.transfer.recompute import RecomputeSettings
-from heterofold_hub.transfer.selection import needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
 
 RECOMPUTED = "heterofold"  # the method timed with recompute settings: the registered adapter users get
@@ -97,7 +96,7 @@ def text_of_length(texts: list[str], receiver: Side, tokens: int) -> str:
 
 @torch.no_grad()
 def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], text: str, repeats: int,
-              recompute: RecomputeSettings | None = None, query: str | None = None,
+              recompute: TransferConfig | None = None, query: str | None = None,
               llamacpp: LlamaCppPrefill | None = None) -> dict:
     """One context length: seconds for prefill, plan (warm and cold), copy and each method's map of ``text``, and
     the hand-off's sum and speed-ups (:func:`hand_off`); with ``recompute`` (active settings), heterofold's hand-off
@@ -138,13 +137,12 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     })
 
 
-def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, prefill, plan, settings: RecomputeSettings,
+def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, prefill, plan, settings: TransferConfig,
                         query: str | None) -> dict:
     """The timed calls of a hand-off with recompute: ``transfer(..., recompute=...)`` as a user calls it, and the
     sender's surprisal pass when the selection reads it, on ``prefill`` (the sender's SenderPrefill, not timed)."""
-    timed = {"hand-off recompute": lambda: pipeline.transfer(prefill, plan=plan, recompute=settings.fraction,
-                                                            select=settings.select, query=query,
-                                                            repair_layers=settings.repair_layers)}
+    timed = {"hand-off recompute": lambda: pipeline.transfer(prefill, plan=plan, config=settings,
+                                                            query=query)}
     if needs_surprisal(settings.select):
         device = sender.model.device
         hidden, ids, mask = last_hidden_states(sender, prefill), prefill.input_ids.to(device), prefill.attention_mask.to(device)
@@ -152,12 +150,12 @@ def recomputed_hand_off(sender: Side, pipeline: TransferPipeline, prefill, plan,
     return timed
 
 
-def recompute_figures(seconds: dict, settings: RecomputeSettings | None) -> dict:
+def recompute_figures(seconds: dict, settings: TransferConfig | None) -> dict:
     """The row's recompute fields from ``median_seconds``' figures (empty dicts without recompute settings)."""
     if not settings:
         return {"recompute": None, "recompute_s": {}, "map_recompute_s": {}, "sender_extra_s": {}}
     both = seconds["hand-off recompute"]
-    return {"recompute": settings.describe(), "recompute_of": {WITH_RECOMPUTE: RECOMPUTED},
+    return {"recompute": settings.to_dict(), "recompute_of": {WITH_RECOMPUTE: RECOMPUTED},
             "map_recompute_s": {WITH_RECOMPUTE: both},
             "recompute_s": {WITH_RECOMPUTE: both - seconds[f"transfer {RECOMPUTED}"]},
             "sender_extra_s": {WITH_RECOMPUTE: seconds["sender surprisal"]} if "sender surprisal" in seconds else {}}
@@ -192,7 +190,7 @@ def prefill_keeps_one_logit(model, ids: torch.Tensor) -> bool:
 
 
 def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str],
-              contexts: list[int], *, repeats: int = 5, progress=None, recompute: RecomputeSettings | None = None,
+              contexts: list[int], *, repeats: int = 5, progress=None, recompute: TransferConfig | None = None,
               query: str | None = None) -> dict:
     """``{"sender", "receiver", "checks", "rows": [bench_row per context length], ...}``; ``recompute`` (active
     settings) also times heterofold's hand-off with them (``query``: the receiver's prompt, when they read one);
@@ -218,13 +216,13 @@ def run_bench(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     return {"sender": sender.name, "receiver": receiver.name, "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": str(receiver.model.dtype).removeprefix("torch."), "repeats": repeats,
-            "recompute": None if recompute is None else recompute.describe(), "query": query,
+            "recompute": None if recompute is None else recompute.to_dict(), "query": query,
             "checks": {"prefill_keeps_one_logit": fair, "warnings": warnings}, **baseline, "rows": rows,
             "skipped": skipped}
 
 
 def bench_rows(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], texts: list[str], contexts: list[int],
-               repeats: int, progress, recompute: RecomputeSettings | None, query: str | None,
+               repeats: int, progress, recompute: TransferConfig | None, query: str | None,
                llamacpp: LlamaCppPrefill | None) -> tuple[list[dict], list[dict]]:
     """:func:`bench_row` for each context length the sender can hold, and those it cannot (skipped, with why)."""
     rows, skipped = [], []

@@ -11,7 +11,7 @@ import torch
 from rich.table import Table
 
 from heterofold_hub.progress import progress_bar
-from heterofold_hub.transfer.selection import needs_surprisal
+from heterofold_hub.transfer.config import needs_surprisal
 from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
@@ -82,7 +82,7 @@ def evaluate(
     data: str | None = None,
 ) -> dict:
     """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``; ``recompute``
-    (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`) applied after every adapter's map. ``data``
+    (:class:`~heterofold_hub.transfer.config.TransferConfig`) applied after every adapter's map. ``data``
     names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text."""
     per_window: dict[str, dict[str, list]] = {}
     with progress_bar(progress) as bar:
@@ -108,7 +108,7 @@ def evaluate(
         "context_tokens": len(windows[0].receiver_context),
         "continuation_tokens": len(windows[0].continuation),
         "windows": len(windows),
-        "recompute": None if recompute is None else recompute.describe(),
+        "recompute": None if recompute is None else recompute.to_dict(),
         "benefit": float(gain.mean()),
         "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
         "methods": summary,

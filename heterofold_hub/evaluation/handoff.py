@@ -31,7 +31,7 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.retrieval import (RECALL_MARK, _filler_chunk, digit_accuracy, exact_match, fact_line,
                                                  make_prompt)
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
-from heterofold_hub.transfer.selection import needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import ADJECTIVES, NOUNS
 
@@ -128,6 +128,11 @@ class Setting:
     mapped_key_scale: float = 1.0
 
     @property
+    def config(self) -> TransferConfig:
+        return TransferConfig(recompute=self.fraction, select=self.select, repair_layers=self.repair_layers,
+                              mapped_key_scale=self.mapped_key_scale)
+
+    @property
     def name(self) -> str:
         base = "transfer" if self.fraction == 0 and self.select != "oracle" else (
             "oracle" if self.select == "oracle" else f"{self.select}@{self.fraction:g}")
@@ -139,9 +144,8 @@ class Setting:
                  spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
         """The receiver cache this setting gives, ready for the receiver to read ``questions`` (a deferred
         recompute applied to them, as ``generate(prompt=...)`` would)."""
-        result = pipeline.transfer(prefill, texts, recompute=self.fraction, select=self.select,
-                                   query=None if self.deferred else questions, repair_layers=self.repair_layers,
-                                   mapped_key_scale=self.mapped_key_scale, spans=spans)
+        result = pipeline.transfer(prefill, texts, config=self.config, query=None if self.deferred else questions,
+                                   spans=spans)
         return result.deferred.apply(questions) if result.deferred is not None else result
 
 

@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+from heterofold_hub.transfer.config import TransferConfig
+
 REFERENCES = ("native", "no-context")
 
 
@@ -23,22 +25,30 @@ def fidelity_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def scaled_keys(recompute: dict) -> str:
-    """``", keys left mapped x0.7"`` for a recompute record with a key scale, else ``""``."""
-    scale = recompute.get("mapped_key_scale", 1)
-    return "" if scale == 1 else f", keys left mapped x{scale:g}"
+def scaled_keys(config: TransferConfig) -> str:
+    """``", keys left mapped x0.7"`` for a config with a key scale, else ``""``."""
+    return "" if config.mapped_key_scale == 1 else f", keys left mapped x{config.mapped_key_scale:g}"
+
+
+def recompute_phrase(record: dict) -> str:
+    """``"recomputing 0.05 by statement + first 2 layers, keys left mapped x0.7"`` for a recompute record (a
+    :class:`~heterofold_hub.transfer.config.TransferConfig`'s fields; older records call the share ``fraction``)."""
+    config = TransferConfig.from_dict(record, strict=False)
+    return (f"recomputing {config.recompute:g} by {config.select}"
+            + (f" + first {config.repair_layers} layers" if config.repair_layers else "") + scaled_keys(config))
 
 
 def fidelity_caption(result: dict) -> str:
     """One line on what the table measured."""
-    recompute = result.get("recompute")  # a transfer followed by a selective native recompute
-    if recompute and not recompute["fraction"] and not recompute["repair_layers"]:  # a key scale alone
-        how = f"; the keys of every mapped row scaled by {recompute['mapped_key_scale']:g}"
+    record = result.get("recompute")  # a transfer followed by a selective native recompute
+    config = None if not record else TransferConfig.from_dict(record, strict=False)
+    if config is not None and not config.recompute and not config.repair_layers:  # a key scale alone
+        how = f"; the keys of every mapped row scaled by {config.mapped_key_scale:g}"
     else:
-        how = "" if not recompute else (f"; after each map the receiver recomputed {recompute['fraction']:g} of the "
-                                    f"context chosen by {recompute['select']}" + (
-                                        f" and its first {recompute['repair_layers']} layers" if recompute["repair_layers"] else "")
-                                    + scaled_keys(recompute))
+        how = "" if config is None else (f"; after each map the receiver recomputed {config.recompute:g} of the "
+                                         f"context chosen by {config.select}" + (
+                                             f" and its first {config.repair_layers} layers" if config.repair_layers
+                                             else "") + scaled_keys(config))
     return (f"**{result['sender']} -> {result['receiver']}**: {result['windows']} windows of "
             f"{result['context_tokens']} context + {result['continuation_tokens']} continuation receiver tokens; "
             f"context benefit {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token{how}")

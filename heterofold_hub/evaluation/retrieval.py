@@ -42,7 +42,7 @@ from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
-from heterofold_hub.transfer.selection import needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
 
@@ -209,14 +209,15 @@ def decode_answers(
     batch_size: int = 8,
     progress=None,
     question_by: str = "sender",
-    recompute: dict | None = None,
+    recompute: TransferConfig | None = None,
 ) -> dict[str, list[str]]:
     """Greedy continuations (decoded text) of every prompt under ``native``, ``no-context`` and each adapter.
 
     ``question_by="sender"``: the whole prompt, question included, is the transferred context. ``"receiver"``: the
     hand-off protocol: the sender prefills the document alone and the receiver reads the question itself after the
-    mapped cache (native prefill likewise reads the document, then the question). ``recompute``: the transfer's
-    ``recompute``/``select``/``repair_layers`` keywords (the question is the ``query`` of a query-aware select).
+    mapped cache (native prefill likewise reads the document, then the question). ``recompute``: the
+    :class:`~heterofold_hub.transfer.config.TransferConfig` of each transfer (the question is the ``query`` of a
+    select that reads the prompt).
     Per batch of prompts, the receiver caches of all conditions that cover the same tokens (native and every
     transfer) are stacked into one ``generate`` call."""
     if question_by not in QUESTION_BY:
@@ -226,15 +227,15 @@ def decode_answers(
     decode = dict(max_new_tokens=new_tokens, do_sample=False,
                   pad_token_id=receiver.tokenizer.pad_token_id or 0)
     out: dict[str, list[str]] = {name: [] for name in (*REFERENCES, *adapters)}
-    settings = recompute or {}
+    config = recompute or TransferConfig()
     for start in range(0, len(prompts), batch_size):
         group = prompts[start : start + batch_size]
         asks = [p.question for p in group] if question_by == "receiver" else None
         texts = [p.prompt[: len(p.prompt) - len(p.question)] if asks else p.prompt for p in group]
         results = {"native": native_prefill(receiver, texts)}
         if pipes:
-            prefill = prefill_sender(sender, texts, surprisal=needs_surprisal(settings.get("select")))
-            results.update({name: pipe.transfer(prefill, texts, query=asks, **settings) for name, pipe in pipes.items()})
+            prefill = prefill_sender(sender, texts, surprisal=config.active and needs_surprisal(config.select))
+            results.update({name: pipe.transfer(prefill, texts, query=asks, config=config) for name, pipe in pipes.items()})
         shapes: dict[tuple, list[str]] = {}  # results that can share one generate call
         for name, result in results.items():
             shapes.setdefault((tuple(result.input_ids.shape), cache_layers(result.cache)[0][0].shape[2]), []).append(name)
@@ -302,7 +303,7 @@ def evaluate_retrieval(
     progress: bool = True,
     examples: int = 3,
     question_by: str = "sender",
-    recompute: dict | None = None,
+    recompute: TransferConfig | None = None,
 ) -> dict:
     """Exact-match retrieval accuracy of ``native``, ``no-context`` and each adapter at each length
     (plus the first ``examples`` decoded answers per length, to read); ``question_by`` and ``recompute``: see
@@ -328,7 +329,7 @@ def evaluate_retrieval(
         "facts_per_doc": [MIN_FACTS, MAX_FACTS],
         "no_context": NO_CONTEXT,
         "question_by": question_by,
-        "recompute": recompute,
+        "recompute": None if recompute is None or not recompute.active else recompute.to_dict(),
         "scoring": SCORING,
         "methods": methods,
         "qualifying_gap": QUALIFY_GAP,

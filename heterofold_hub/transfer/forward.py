@@ -29,7 +29,7 @@ def no_context_logits(receiver: Side, batch: Batch) -> torch.Tensor:
 
 def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch, *, recompute=None) -> torch.Tensor:
     """``[B, M, V]`` when the receiver continues from the mapped cache (differentiable w.r.t. the adapter), after
-    ``recompute`` (:class:`~heterofold_hub.transfer.recompute.RecomputeSettings`, query-agnostic selects only; no
+    ``recompute`` (:class:`~heterofold_hub.transfer.config.TransferConfig`, query-agnostic selects only; no
     gradients then) when given."""
     model = receiver.model
     alignment = batch.alignment

@@ -3,8 +3,9 @@
 A mapped cache is an approximation of the receiver's own prefill: a cache keyed only on the text would serve it for
 an exact prefix, or serve one adapter's mapping for another's (serving engines learned both the hard way). The
 identity of a :class:`~heterofold_hub.transfer.pipeline.TransferResult` names how it was made (mapped or native),
-by which adapter (repo@version and weights hash), between which models (ids and revisions), with what recompute,
-and from which receiver tokens (a digest per row); :func:`cache_key` hashes it.
+by which adapter (repo@version and weights hash), between which models (ids and revisions), in which dtypes (the
+receiver's, the map's, the sender cache's), with what recompute and what it read (the prompt, the spans, the
+sender's surprisal), and from which receiver tokens (a digest per row); :func:`cache_key` hashes it.
 """
 
 from __future__ import annotations
@@ -38,16 +39,24 @@ def row_digests(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[s
     return [token_digest(ids[mask.bool()].tolist()) for ids, mask in zip(input_ids[:, :-1], attention_mask[:, :-1])]
 
 
+def text_digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 def identity(*, kind: str, receiver, input_ids: torch.Tensor, attention_mask: torch.Tensor, sender=None,
-             adapter: dict | None = None, recompute: dict | None = None) -> dict:
+             adapter: dict | None = None, recompute: dict | None = None, dtypes: dict | None = None,
+             read: dict | None = None) -> dict:
     """The identity of a receiver cache (``kind``: ``"mapped"`` or ``"native"``; ``adapter``: its ``source`` and
-    ``weights_sha256``)."""
+    ``weights_sha256``; ``dtypes``: the receiver's, the map's and the sender cache's, each of which changes the
+    cache; ``read``: what a recompute's choice read beyond the tokens, such as a digest of the prompt)."""
     return {
         "kind": kind,
         "adapter": adapter,
         "sender": None if sender is None else side_identity(sender),
         "receiver": side_identity(receiver),
+        "dtypes": dtypes,
         "recompute": recompute,
+        "read": read or None,
         "receiver_tokens": row_digests(input_ids, attention_mask),
     }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
@@ -52,6 +54,15 @@ def build_cache(layers: list[LayerKV], *, windows: list[int | None] | None = Non
         layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values
     return cache
+
+
+def view_of(cache: DynamicCache) -> DynamicCache:
+    """A new cache over the same tensors as ``cache``, for one ``generate`` to extend: transformers' layers grow by
+    concatenating into new tensors (never writing into the ones they hold), so extending the view leaves ``cache``
+    exactly as it was, and each of several questions reads the same context without copying it."""
+    view = copy.copy(cache)
+    view.layers = [copy.copy(layer) for layer in cache.layers]
+    return view
 
 
 def check_cache(layers: list[LayerKV], spec: KVSpec, *, who: str, model_id: str) -> None:

@@ -8,15 +8,15 @@ import torch
 from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
-from heterofold_hub.transfer.kvcache import LayerKV, build_cache, cache_layers, check_cache
+from heterofold_hub.transfer.kvcache import LayerKV, build_cache, cache_layers, check_cache, view_of
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
-from heterofold_hub.transfer.recompute import RecomputeSettings, recomputed_layers
-from heterofold_hub.transfer.selection import needs_query
-from heterofold_hub.transfer.sender import SenderPrefill
-from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity
+from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
+from heterofold_hub.transfer.recompute import recomputed_layers
+from heterofold_hub.transfer.sender import SenderPrefill, as_texts
+from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity, side_identity, text_digest
 
 
 @dataclass
@@ -24,9 +24,12 @@ class TransferResult:
     """A receiver cache over ``input_ids`` ``[B, Tr]`` (left-padded, ``attention_mask`` ``[B, Tr]``).
 
     ``prefilled`` is True when the receiver computed the cache itself (a fallback), not a transfer.
-    ``recompute``: what the receiver recomputed natively after mapping (``fraction``, ``select``,
-    ``repair_layers`` asked, and ``share``, the share of mapped positions actually recomputed), None for a pure
-    transfer."""
+    ``config``: the :class:`~heterofold_hub.transfer.config.TransferConfig` the transfer ran (None for a native
+    prefill). ``recompute``: what the receiver recomputed natively after mapping (the config's fields, and
+    ``share``, the share of mapped positions actually recomputed), None for a pure transfer.
+
+    A result can be read any number of times: :meth:`TransferPipeline.generate` extends a view of ``cache``, never
+    ``cache`` itself, so every question asked of one result reads exactly the context it was made of."""
 
     cache: DynamicCache
     input_ids: torch.Tensor
@@ -35,12 +38,18 @@ class TransferResult:
     recompute: dict | None = None
     identity: dict | None = None  # how the cache was made (heterofold_hub.transfer.identity), for cache keys
     deferred: DeferredRecompute | None = None  # a recompute that waits for the receiver's prompt (see transfer)
+    config: TransferConfig | None = None
 
     def cache_key(self, row: int | None = None) -> str:
         """A key for a serving cache: equal only for caches made the same way (mapped or native, adapter and its
-        weights, models, recompute) from the same receiver tokens (of one ``row`` when given)."""
+        weights, models, dtypes, recompute and what it read) from the same receiver tokens (of one ``row`` when
+        given)."""
         if self.identity is None:
             raise HeteroFoldError("This result has no identity; make it with TransferPipeline.transfer or native_prefill.")
+        rows = self.input_ids.shape[0]
+        if row is not None and (isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < rows):
+            raise HeteroFoldError(f"cache_key(row={row!r}): this result holds {rows} row(s); pass a row in "
+                                  f"0..{rows - 1}, or no row for the key of the whole batch.")
         return cache_key(self.identity, row)
 
 
@@ -56,7 +65,7 @@ class DeferredRecompute:
     pipeline: TransferPipeline
     sender_cache: object  # a SenderPrefill, or the sender's cache
     plan: TransferPlan
-    settings: RecomputeSettings
+    config: TransferConfig
     mapped: DynamicCache | None = None  # the pure transfer's cache
 
     def apply(self, prompt: str | list[str]) -> TransferResult:
@@ -65,7 +74,8 @@ class DeferredRecompute:
         untouched = layers is not None and all(
             getattr(layer, "cumulative_length", keys.shape[2]) == tokens and keys.shape[2] <= tokens
             for layer, (keys, _) in zip(self.mapped.layers, layers))
-        return self.pipeline._recomputed(self.sender_cache, self.plan, self.settings, query=prompt,
+        query = _per_row(prompt, self.plan.batch_size, "prompt")
+        return self.pipeline._recomputed(self.sender_cache, self.plan, self.config, query=query,
                                          mapped=layers if untouched else None)
 
 
@@ -84,8 +94,9 @@ def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
     out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
                 position_ids=positions[:, :-1].to(model.device), use_cache=True, **cache_only(model))
-    return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True,
-                          identity=identity(kind="native", receiver=receiver, input_ids=ids, attention_mask=mask))
+    made = identity(kind="native", receiver=receiver, input_ids=ids, attention_mask=mask,
+                    dtypes={"receiver": str(model.dtype)})
+    return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True, identity=made)
 
 
 class TransferPipeline:
@@ -118,11 +129,17 @@ class TransferPipeline:
             self._adapter_identity = {"source": self.source, "weights_sha256": adapter_digest(self.adapter)}
         return self._adapter_identity
 
-    def _result(self, cache, plan: TransferPlan, recompute: dict | None = None) -> TransferResult:
+    def _result(self, cache, plan: TransferPlan, sender_layers: list[LayerKV], config: TransferConfig,
+                recompute: dict | None = None, read: dict | None = None) -> TransferResult:
+        """``recompute``: the record of what was recomputed (None: nothing); ``read``: what the recompute read
+        beyond the plan (digests of the prompt or spans, whether the sender's surprisal was there)."""
+        dtypes = {"receiver": str(self.receiver.model.dtype), "map": str(self.adapter.compute_dtype),
+                  "sender_cache": str(sender_layers[0][0].dtype)}
         made = identity(kind="mapped", receiver=self.receiver, sender=self.sender, adapter=self.adapter_identity,
-                        input_ids=plan.input_ids, attention_mask=plan.attention_mask, recompute=recompute)
+                        input_ids=plan.input_ids, attention_mask=plan.attention_mask, recompute=recompute,
+                        dtypes=dtypes, read=read)
         return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask,
-                              recompute=recompute, identity=made)
+                              recompute=recompute, identity=made, config=config)
 
     def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferPlan:
         """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
@@ -136,31 +153,32 @@ class TransferPipeline:
         return LayerStream(self.adapter, plan, dtype=self.receiver.model.dtype)
 
     def transfer(self, sender_cache, texts: str | list[str] | None = None, *, plan: TransferPlan | None = None,
-                 sender_position_ids: torch.Tensor | None = None, recompute: float = 0.0, select: str = "content",
-                 query: str | list[str] | None = None, repair_layers: int = 0, mapped_key_scale: float = 1.0,
-                 spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
+                 config: TransferConfig | None = None, query: str | list[str] | None = None,
+                 spans: list[list[tuple[int, int]]] | None = None,
+                 sender_position_ids: torch.Tensor | None = None) -> TransferResult:
         """Map ``sender_cache`` (the sender's prefill of ``texts``, right-padded; best made by
         :func:`~heterofold_hub.transfer.sender.prefill_sender`) to a receiver cache.
 
-        Give ``texts`` or a ``plan`` of them (:meth:`plan`; reusing one skips tokenization and alignment). The
-        result covers the receiver's tokens of the texts except the last; pass that last token (see
-        :meth:`generate`) as the first input, as a cache needs at least one uncached token.
+        Give ``texts`` or a ``plan`` of them (:meth:`plan`; reusing one skips tokenization and alignment); a
+        :class:`SenderPrefill` is checked against either. The result covers the receiver's tokens of the texts
+        except the last; pass that last token (see :meth:`generate`) as the first input, as a cache needs at least
+        one uncached token.
 
-        ``recompute``: share of the context's mapped positions the receiver then recomputes natively, chosen by
-        ``select`` (see :mod:`~heterofold_hub.transfer.selection`; ``query`` is the receiver's prompt when known,
-        for ``select="query"``; ``spans`` the character spans for ``select="oracle"``); ``repair_layers``: the
-        receiver's first layers recomputed for every position; ``mapped_key_scale``: a factor on the keys of the rows
-        left mapped (below 1 they draw less of the receiver's attention from its own rows). ``recompute=1`` gives
-        native prefill; the defaults (0, scale 1) are the pure transfer.
+        ``config``: what the receiver recomputes after the map (:class:`TransferConfig`; default: nothing, the pure
+        transfer). ``query``: the receiver's prompt, for a ``select`` that reads it (without it, that recompute
+        waits for :meth:`generate`'s prompt); ``spans``: per context, the character spans ``select="oracle"``
+        recomputes; ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns.
         """
-        settings = RecomputeSettings(fraction=recompute, select=select, repair_layers=repair_layers,
-                                     mapped_key_scale=mapped_key_scale)
+        config = TransferConfig() if config is None else config
+        if not isinstance(config, TransferConfig):
+            raise HeteroFoldError(f"config={config!r}; pass a TransferConfig, e.g. TransferConfig(recompute=0.05, "
+                                  "select='statement').")
         if (texts is None) == (plan is None):
             raise HeteroFoldError("Pass the context texts or a plan of them (pipeline.plan(texts)), not both or neither.")
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
-        texts = None if texts is None else ([texts] if isinstance(texts, str) else list(texts))  # the plan checks them
-        if prefill is not None and texts is not None:
-            _check_rows(prefill, texts)
+        texts = None if texts is None else as_texts(texts)
+        if prefill is not None:
+            _check_rows(prefill, texts if texts is not None else plan.texts)
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
@@ -172,36 +190,41 @@ class TransferPipeline:
                 f"the {plan.batch_size} text(s) given into at most {plan.sender_tokens} tokens. "
                 "Pass the texts the sender prefilled, in the same order."
             )
+        queries = None if query is None else _per_row(query, plan.batch_size, "query")
+        if spans is not None:
+            _check_spans(spans, plan.texts)
         dtype = self.receiver.model.dtype
-        if not settings.active:
-            return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan)
-        if query is None and needs_query(settings.select):
-            pure = self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan,
-                                {**settings.describe(), "share": 0.0, "deferred": True})
-            pure.deferred = DeferredRecompute(self, sender_cache, plan, settings, mapped=pure.cache)
+        if not config.active:
+            return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan, layers, config)
+        if queries is None and config.reads_prompt:
+            pure = self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan, layers, config,
+                                {**config.to_dict(), "share": 0.0, "deferred": True})
+            pure.deferred = DeferredRecompute(self, sender_cache, plan, config, mapped=pure.cache)
             return pure
-        return self._recomputed(sender_cache, plan, settings, query=query, spans=spans, texts=texts)
+        return self._recomputed(sender_cache, plan, config, query=queries, spans=spans)
 
-    def _recomputed(self, sender_cache, plan: TransferPlan, settings: RecomputeSettings, *, query=None, spans=None,
-                    texts: list[str] | None = None, mapped: list[LayerKV] | None = None) -> TransferResult:
-        """The mapped cache with ``settings``' recompute applied; ``mapped``: layers already mapped of this plan
+    def _recomputed(self, sender_cache, plan: TransferPlan, config: TransferConfig, *,
+                    query: list[str] | None = None, spans=None, mapped: list[LayerKV] | None = None) -> TransferResult:
+        """The mapped cache with ``config``'s recompute applied; ``mapped``: layers already mapped of this plan
         (a pure transfer's), which the working cache starts from."""
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         dtype = self.receiver.model.dtype
+        surprisal = None if prefill is None else prefill.surprisal
         working, choice = recomputed_layers(
-            settings, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
+            config, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
             map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed,
                                                        mapped=mapped),
-            sender_mask=None if prefill is None else prefill.attention_mask,
-            surprisal=None if prefill is None else prefill.surprisal,
-            query=None if query is None else _per_row(query, plan.batch_size, "query"), spans=spans, texts=texts)
+            sender_mask=None if prefill is None else prefill.attention_mask, surprisal=surprisal,
+            query=query, spans=spans, texts=plan.texts)
         cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
-        return self._result(cache, plan, {**settings.describe(), "share": choice.share})
+        read = _what_was_read(config, query, spans, surprisal)
+        return self._result(cache, plan, layers, config, {**config.to_dict(), "share": choice.share}, read)
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from a transferred cache, the receiver first reading ``prompt`` itself
         (one per context, or one for all); returns only the new tokens."""
+        check_result(result, self.receiver)
         return self.continue_from(self.receiver.model, result, prompt=prompt, tokenizer=self.receiver.tokenizer,
                                   **kwargs)
 
@@ -212,22 +235,23 @@ class TransferPipeline:
         tokens of ``prompt`` (read natively by the receiver; needs ``tokenizer``). Rows whose prompts have the
         same token count share one ``generate`` call, so no padding ever sits between a context and its prompt;
         the new tokens of all rows come back right-padded with the pad id. Returns ``[B, new]``."""
-        if result.deferred is not None and prompt is not None:  # without a prompt there is nothing to select by
-            result = result.deferred.apply(prompt)
-        if prompt is None:
-            return _generate(model, result.cache, result.input_ids, result.attention_mask, **kwargs)
+        rows = result.input_ids.shape[0]
+        texts = None if prompt is None else _per_row(prompt, rows, "prompt")
+        if result.deferred is not None and texts is not None:  # without a prompt there is nothing to select by
+            result = result.deferred.apply(texts)
+        if texts is None:
+            return _generate(model, view_of(result.cache), result.input_ids, result.attention_mask, **kwargs)
         if tokenizer is None:
             raise HeteroFoldError("generate(prompt=...) needs the receiver's tokenizer to read the prompt.")
-        rows = result.input_ids.shape[0]
-        prompts = [torch.tensor(tokenizer(p, add_special_tokens=False)["input_ids"], dtype=torch.long)
-                   for p in _per_row(prompt, rows, "prompt")]
+        prompts = [torch.tensor(tokenizer(p, add_special_tokens=False)["input_ids"], dtype=torch.long) for p in texts]
         groups: dict[int, list[int]] = {}
         for row, ids in enumerate(prompts):
             groups.setdefault(len(ids), []).append(row)
         pad = kwargs.get("pad_token_id", tokenizer.pad_token_id or 0)
         outputs: dict[int, torch.Tensor] = {}
         for group in groups.values():
-            cache = result.cache if len(groups) == 1 else _rows_of(result.cache, group, result.input_ids.shape[1] - 1)
+            cache = view_of(result.cache) if len(groups) == 1 else _rows_of(result.cache, group,
+                                                                              result.input_ids.shape[1] - 1)
             ids = torch.cat([result.input_ids[group], torch.stack([prompts[r] for r in group])], 1)
             mask = torch.cat([result.attention_mask[group], torch.ones_like(ids[:, result.input_ids.shape[1]:])], 1)
             new = _generate(model, cache, ids, mask, **kwargs)
@@ -237,6 +261,20 @@ class TransferPipeline:
         for row, new in outputs.items():
             out[row, : len(new)] = new
         return out
+
+
+def check_result(result, receiver: Side) -> None:
+    """Refuse a result made for another receiver (by its identity, else by its cache's layout): continuing from it
+    would fail deep inside the model, or read another model's keys as this one's."""
+    if not isinstance(result, TransferResult):
+        raise HeteroFoldError(f"Expected a TransferResult (from transfer() or native_prefill()); got "
+                              f"{type(result).__name__}.")
+    made_for = None if result.identity is None else result.identity["receiver"]
+    if made_for is not None and made_for != side_identity(receiver):
+        raise PairMismatchError(f"This result is a cache for receiver {made_for['id']!r} (revision "
+                                f"{made_for['revision']}), not for {receiver.name!r}; generate with the model that "
+                                "made it, or transfer again for this receiver.")
+    check_cache(cache_layers(result.cache), receiver.spec, who="result's", model_id=receiver.name)
 
 
 def _generate(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -264,16 +302,53 @@ def _check_rows(prefill: SenderPrefill, texts: list[str]) -> None:
         if made != given:
             where = f" (it is the cache of text {prefill.texts.index(given)})" if given in prefill.texts else ""
             raise PairMismatchError(
-                f"Row {row} of the sender cache was computed from another text than text {row} given{where}: the "
-                f"cache starts {made[:40]!r}, the text {given[:40]!r}. Pass the texts the sender prefilled, in the "
-                "same order.")
+                f"Row {row} of the sender cache was computed from another text than text {row} given{where}: "
+                f"{first_difference(made, given)}. Pass the texts the sender prefilled, in the same order.")
+
+
+def first_difference(made: str, given: str) -> str:
+    """Where two texts part: the character index and a few characters of each around it."""
+    at = next((i for i, (a, b) in enumerate(zip(made, given)) if a != b), min(len(made), len(given)))
+    start = max(at - 20, 0)
+    return (f"they differ at character {at} of {len(made)} (cache) and {len(given)} (text): the cache has "
+            f"{made[start:at + 20]!r} there, the text {given[start:at + 20]!r}")
 
 
 def _per_row(text: str | list[str], rows: int, what: str) -> list[str]:
-    """One ``what`` (``"prompt"``, ``"query"``) per row: a string is every row's."""
-    texts = [text] * rows if isinstance(text, str) else list(text)
+    """One ``what`` (``"prompt"``, ``"query"``) per row: a string is every row's; each non-empty text."""
+    texts = as_texts(text, what)
+    texts = texts * rows if isinstance(text, str) else texts
     if len(texts) != rows:
         plural = {"query": "queries"}.get(what, what + "s")
         raise HeteroFoldError(f"{len(texts)} {plural} for {rows} contexts; pass one {what} per context, or one string "
                               "for all.")
     return texts
+
+
+def _check_spans(spans, texts: list[str]) -> None:
+    """Refuse ``select="oracle"`` spans that would silently recompute nothing: one list per context, each span a
+    ``(start, end)`` of character indices with ``0 <= start < end <= len(text)``."""
+    if not isinstance(spans, (list, tuple)) or len(spans) != len(texts):
+        raise HeteroFoldError(f"spans: pass one list of (start, end) character spans per context ({len(texts)}), "
+                              f"e.g. spans=[[(0, 40)]]; got {spans!r:.80}.")
+    for row, (row_spans, text) in enumerate(zip(spans, texts)):
+        for span in row_spans:
+            ok = (isinstance(span, (list, tuple)) and len(span) == 2
+                  and all(isinstance(x, int) and not isinstance(x, bool) for x in span))
+            if not ok or not 0 <= span[0] < span[1] <= len(text):
+                raise HeteroFoldError(f"spans[{row}] holds {span!r}: a span is (start, end) with 0 <= start < end "
+                                      f"<= {len(text)} (the length of context {row}); a reversed or out-of-range "
+                                      "span would recompute nothing.")
+
+
+def _what_was_read(config: TransferConfig, query: list[str] | None, spans, surprisal) -> dict:
+    """What a recompute's choice depended on beyond the plan, for the cache key: the prompt (a digest per row), the
+    spans, and whether the sender's surprisal was there."""
+    read = {}
+    if config.reads_prompt and query is not None:
+        read["query"] = [text_digest(q) for q in query]
+    if config.select == "oracle" and spans is not None:
+        read["spans"] = [[list(span) for span in row] for row in spans]
+    if needs_surprisal(config.select) and config.recompute > 0:
+        read["surprisal"] = surprisal is not None
+    return read

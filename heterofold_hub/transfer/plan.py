@@ -19,6 +19,7 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import LayerKV
 from heterofold_hub.base_models.loading import Side, encode
 from heterofold_hub.transfer.reference import native_prefix_ids, prefix_kv
+from heterofold_hub.transfer.sender import as_texts
 
 MAX_PREFIXES = 256  # native prefixes a PlanCache keeps (a receiver without BOS has one per first token of a text)
 
@@ -39,6 +40,7 @@ class TransferPlan:
       of a sender layer flattened to ``[B * Hs * Ts, Ds]`` it draws from.
     - ``native_rows`` / ``padding_rows``: the receiver rows (of ``B * Tr``) the receiver computes itself, and
       the left padding.
+    - ``texts``: the contexts this plan is of.
     """
 
     alignment: TokenAlignment
@@ -51,6 +53,7 @@ class TransferPlan:
     sender_rows: torch.Tensor
     native_rows: torch.Tensor
     padding_rows: torch.Tensor
+    texts: list[str] = field(default_factory=list)  # the contexts planned, so a transfer can check its sender cache
     _converted: dict = field(default_factory=dict, repr=False, compare=False)  # (kind, dtype) -> turns
 
     def turns(self, kind: str, dtype: torch.dtype) -> list[Turn | None]:
@@ -147,9 +150,7 @@ def build_plan(
     if receiver.model is None:
         raise HeteroFoldError("The receiver model must be loaded to plan a transfer into its cache.")
     cache = cache or PlanCache(sender, receiver)
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts:
-        raise HeteroFoldError("No context texts given; pass the text (or list of texts) the sender prefilled.")
+    texts = as_texts(texts)
     sender_enc = [encode(sender.tokenizer, t) for t in texts]
     receiver_enc = [encode(receiver.tokenizer, t) for t in texts]
     for side, encoded in ((receiver, receiver_enc), (sender, sender_enc)):
@@ -182,6 +183,7 @@ def build_plan(
         sender_rows=(first_rows + alignment.sender_index[:, :, None]).flatten(0, 1).to(device),
         native_rows=alignment.native_mask.flatten().nonzero().squeeze(1).to(device),
         padding_rows=(~alignment.attention_mask.bool()).flatten().nonzero().squeeze(1).to(device),
+        texts=texts,
     )
 
 

@@ -25,14 +25,13 @@ lowers what the receiver writes next (docs/results.md, "Mapped keys scaled").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache
-from heterofold_hub.transfer.selection import SELECTORS, Choice, SelectionInputs, choose, get_selector
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.selection import Choice, SelectionInputs, choose, get_selector
 from heterofold_hub.transfer.sender import query_attention
 
 
@@ -184,50 +183,8 @@ def native_first_layers(model, ids: torch.Tensor, attention_mask: torch.Tensor, 
     return [(layer.keys, layer.values) for layer in cache.layers[:count]]
 
 
-@dataclass(frozen=True)
-class RecomputeSettings:
-    """How much of a mapped cache the receiver recomputes itself.
-
-    ``fraction``: share of the context's mapped receiver positions recomputed at every layer, in [0, 1] (ignored by
-    ``select="oracle"``, which takes exactly its spans); ``select``: the strategy that chooses them
-    (:data:`~heterofold_hub.transfer.selection.SELECTORS`); ``repair_layers``: the receiver's first layers recomputed
-    for every position; ``mapped_key_scale``: a factor on the keys of the rows left mapped (1 leaves them). All zero
-    (and the scale 1) is the pure transfer."""
-
-    fraction: float = 0.0
-    select: str = "content"
-    repair_layers: int = 0
-    mapped_key_scale: float = 1.0
-
-    def __post_init__(self):
-        problems = []
-        if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) or not 0 <= self.fraction <= 1:
-            problems.append(f"recompute={self.fraction!r}: pass a share of the context in [0, 1] (0: pure transfer, "
-                            "1: native prefill), e.g. recompute=0.05")
-        if self.select not in SELECTORS:
-            problems.append(f"select={self.select!r}: choose one of {', '.join(SELECTORS)}")
-        if isinstance(self.repair_layers, bool) or not isinstance(self.repair_layers, int) or self.repair_layers < 0:
-            problems.append(f"repair_layers={self.repair_layers!r}: pass a whole number of first layers (0: none)")
-        scale = self.mapped_key_scale
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 4:
-            problems.append(f"mapped_key_scale={scale!r}: pass a factor in (0, 4] for the mapped rows' keys (1: "
-                            "unchanged), e.g. mapped_key_scale=0.7")
-        if problems:
-            raise HeteroFoldError("; ".join(problems) + ".")
-
-    @property
-    def active(self) -> bool:
-        return self.fraction > 0 or self.repair_layers > 0 or self.select == "oracle" or self.mapped_key_scale != 1
-
-    def describe(self) -> dict:
-        """The settings as a record; the key scale only when it changes anything, so records of unscaled
-        settings (and the cache keys made of them) stay as they were."""
-        scale = {} if self.mapped_key_scale == 1 else {"mapped_key_scale": self.mapped_key_scale}
-        return {"fraction": self.fraction, "select": self.select, "repair_layers": self.repair_layers, **scale}
-
-
 @torch.no_grad()
-def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignment,
+def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
                       map_rows: Callable[[torch.Tensor | None], list[LayerKV]], sender_layers: list[LayerKV],
                       sender_mask: torch.Tensor | None, surprisal: torch.Tensor | None, query: list[str] | None,
                       spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[list[LayerKV], Choice]:
@@ -262,7 +219,7 @@ def recomputed_layers(settings: RecomputeSettings, *, receiver, sender, alignmen
             raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
                                   "one list per context) and the context texts.")
         inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
-    fraction = None if settings.select == "oracle" else settings.fraction
+    fraction = None if settings.select == "oracle" else settings.recompute
 
     def chosen() -> Choice:
         if fraction == 0:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.config import SELECT_READS
 from heterofold_hub.transfer.kvcache import LayerKV
 
 CHUNK = 64  # chunk-start's chunk length in receiver tokens
@@ -55,13 +56,16 @@ class SelectionInputs:
 
 
 class Selector:
-    """Scores positions for recompute; subclasses set ``name`` and ``needs`` and implement :meth:`scores`."""
+    """Scores positions for recompute; subclasses set ``name`` and implement :meth:`scores`. What a strategy reads
+    (:attr:`needs`) is declared by name in :data:`~heterofold_hub.transfer.config.SELECT_READS`, where the registry
+    and the CLI read it without torch."""
 
     name: str = ""
-    # what the pipeline must provide: "surprisal", "query" (the prompt's receiver ids), "sender_attention" (the
-    # sender's attention from the prompt, when the sender model is loaded), "first_layer", "spans"
-    needs: tuple[str, ...] = ()
     fills_share: bool = True  # False: only positions scored above 0 are taken, at most the recompute share
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return SELECT_READS[self.name]
 
     def scores(self, inputs: SelectionInputs) -> torch.Tensor:
         """``[B, Tr]`` float, higher recomputed first."""
@@ -93,7 +97,6 @@ class Content(Selector):
     """Digits and the sender's surprise, spread over the line around each peak (a value with its name)."""
 
     name = "content"
-    needs = ("surprisal",)
 
     def scores(self, inputs):
         return spread_in_line(token_content(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
@@ -103,7 +106,6 @@ class Digits(Selector):
     """The same token signal spread only to the few tokens before each (the first content signal measured)."""
 
     name = "digits"
-    needs = ("surprisal",)
 
     def scores(self, inputs):
         return spread_back(token_content(inputs), SPAN_BEFORE)
@@ -115,7 +117,6 @@ class ContentTail(Selector):
     is minus its better rank of the two."""
 
     name = "content-tail"
-    needs = ("surprisal",)
 
     def scores(self, inputs):
         content, recent = Content().scores(inputs), Tail().scores(inputs)
@@ -132,7 +133,6 @@ def _ranks(score: torch.Tensor, mapped: torch.Tensor) -> torch.Tensor:
 
 class Deviation(Selector):
     name = "deviation"
-    needs = ("first_layer",)
 
     def scores(self, inputs):
         (nk, nv), (mk, mv) = inputs.native_first[0], inputs.mapped_first[0]
@@ -144,7 +144,6 @@ class Attention(Selector):
     """The sender's attention from the prompt over the context alone (CacheClip's signal, with the sender as helper)."""
 
     name = "attention"
-    needs = ("query", "sender_attention")
 
     def scores(self, inputs):
         return spread_back(inputs.query_attention, SPAN_BEFORE)
@@ -155,7 +154,6 @@ class Keywords(Selector):
     the line around each match: the statement the prompt asks about, name and value together. No model runs."""
 
     name = "keywords"
-    needs = ("query",)
 
     def scores(self, inputs):
         return spread_in_line(keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
@@ -168,7 +166,6 @@ class Statement(Selector):
     with the asked one. So the share only caps what this takes."""
 
     name = "statement"
-    needs = ("query",)
     fills_share = False
 
     def scores(self, inputs):
@@ -185,7 +182,6 @@ class StatementTail(Selector):
     query-agnostic strategies: docs/results.md)."""
 
     name = "statement-tail"
-    needs = ("query",)
 
     def scores(self, inputs):
         asked = Statement().scores(inputs)
@@ -198,7 +194,6 @@ class Query(Selector):
     ties between positions the words score alike."""
 
     name = "query"
-    needs = ("query", "sender_attention")
 
     def scores(self, inputs):
         score, attention = keyword_matches(inputs), inputs.query_attention
@@ -222,7 +217,6 @@ def keyword_matches(inputs: SelectionInputs) -> torch.Tensor:
 
 class Oracle(Selector):
     name = "oracle"
-    needs = ("spans",)
 
     def scores(self, inputs):
         start, end = inputs.offsets[..., 0], inputs.offsets[..., 1]
@@ -238,19 +232,13 @@ SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Tail, ChunkStart, Co
                                                             Oracle)}
 
 
-def needs_surprisal(select: str | None) -> bool:
-    """Whether ``select`` reads the sender's surprisal (so a prefill should keep it)."""
-    return select in SELECTORS and "surprisal" in SELECTORS[select].needs
-
-
-def needs_query(select: str) -> bool:
-    """Whether the ``select`` strategy reads the receiver's prompt (``query=``)."""
-    return select in SELECTORS and "query" in SELECTORS[select].needs
+if set(SELECTORS) != set(SELECT_READS):  # one class per declared name, and no class left undeclared
+    raise ImportError(f"selectors {sorted(SELECTORS)} do not match SELECT_READS {sorted(SELECT_READS)}")
 
 
 def get_selector(name: str) -> Selector:
     if name not in SELECTORS:
-        raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECTORS)}.")
+        raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECT_READS)}.")
     return SELECTORS[name]()
 
 

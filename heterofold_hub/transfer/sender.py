@@ -60,13 +60,28 @@ def token_digest(ids: list[int]) -> str:
     return "sha256:" + hashlib.sha256(torch.tensor(ids, dtype=torch.int64).numpy().tobytes()).hexdigest()
 
 
-def as_texts(texts: str | list[str]) -> list[str]:
-    """``texts`` as a list of non-empty strings (one string is one context)."""
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or not all(isinstance(t, str) and t for t in texts):
-        raise AlignmentError("A context has no characters (or none was given): pass a non-empty string or a list of "
+def as_texts(texts: str | list[str], what: str = "context") -> list[str]:
+    """``texts`` as a list of non-empty strings (one string is one ``what``: a context, a query, a prompt)."""
+    if isinstance(texts, str):
+        texts = [texts]
+    elif isinstance(texts, (list, tuple)):
+        texts = list(texts)
+    else:
+        raise AlignmentError(f"The {what} given is a {type(texts).__name__} ({_short(texts)}); pass a string, or a "
+                             "list of strings (one per context).")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise AlignmentError(f"{what.capitalize()} {i} is a {type(text).__name__} ({_short(text)}), not a "
+                                 f"string; pass the {what} as text.")
+    if not texts or not all(texts):
+        raise AlignmentError(f"A {what} is empty (or none was given): pass a non-empty string or a list of "
                              "non-empty strings.")
     return texts
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def sender_inputs(sender: Side, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
