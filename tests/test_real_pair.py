@@ -181,3 +181,26 @@ def test_a_deferred_statement_recompute_is_the_one_made_with_the_question_known(
         assert torch.equal(made.keys, want.keys) and torch.equal(made.values, want.values)
     answer = model.generate(deferred, prompt=question, max_new_tokens=6, do_sample=False)
     assert gemma.tokenizer.decode(answer[0], skip_special_tokens=True).strip().startswith("73914")
+
+
+def test_three_questions_of_one_real_hand_off_are_each_answered_as_from_a_fresh_transfer(smol, gemma):
+    """SmolLM2 -> Gemma 3 as in the README (a statement recompute for the first question): one result asked three
+    different questions answers each as a fresh transfer does, and is unchanged after."""
+    from heterofold_hub import HeteroFoldModel
+
+    model = HeteroFoldModel.from_pretrained(smol, gemma, local_files_only=True)
+    document = ("# facts\n# the code of amber-falcon is 73914\n# the code of quiet-river is 50218\n"
+                "# the code of stone-heron is 66031\n\n"
+                + "".join(f"def scale_{i}(values):\n    return [v * {i} for v in values]\n\n" for i in range(2, 20)))
+    prefill = model.prefill_sender(document)
+    hand_off = dict(recompute=0.05, select="statement", query="# recall: the code of amber-falcon is ")
+    result = model.transfer(prefill, document, **hand_off)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in result.cache.layers]
+    kw = dict(max_new_tokens=6, do_sample=False)
+    for name in ("amber-falcon", "quiet-river", "stone-heron"):
+        question = f"# recall: the code of {name} is "
+        reused = model.generate(result, prompt=question, **kw)
+        fresh = model.generate(model.transfer(prefill, document, **hand_off), prompt=question, **kw)
+        assert reused.tolist() == fresh.tolist(), name
+    assert all(torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+               for layer, (k, v) in zip(result.cache.layers, before, strict=True))

@@ -56,13 +56,11 @@ def same_cache(result, layers) -> bool:
 def test_three_questions_of_one_result_are_each_answered_as_from_a_fresh_transfer(model, prefill, config):
     result = model.transfer(prefill, TEXT, config=config)
     before, key = snapshot(result), result.cache_key()
-    for question in QUESTIONS:
+    for question in [None, *QUESTIONS, None]:  # None: continue the context itself, no prompt
         reused = model.generate(result, prompt=question, **GREEDY)
         fresh = model.generate(model.transfer(prefill, TEXT, config=config), prompt=question, **GREEDY)
         assert reused.tolist() == fresh.tolist(), question
         assert same_cache(result, before) and result.cache_key() == key  # the result is as it was made
-    assert model.generate(result, **GREEDY).tolist() == model.generate(model.transfer(prefill, TEXT, config=config),
-                                                                       **GREEDY).tolist()
 
 
 def test_a_plan_of_another_text_is_refused_like_the_text_itself(model, prefill):
