@@ -18,7 +18,8 @@ from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
 from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.recompute import recomputed_layers
-from heterofold_hub.transfer.selection import SELECTORS, SelectionInputs, choose, spread_back, spread_in_line
+from heterofold_hub.transfer.selection import (SELECTORS, ChunkStart, Deviation, Digits, SelectionInputs, choose,
+                                              spread_back, spread_in_line)
 from heterofold_hub.transfer.sender import prefill_sender
 
 from conftest import GEMMA3_WINDOW, tiny_model
@@ -398,3 +399,63 @@ def test_query_and_content_find_the_asked_fact_line(select, unigram):
     in_line = (offsets[:, 0] >= cut) & (offsets[:, 1] <= cut + len(fact)) & (offsets[:, 1] > offsets[:, 0])
     top = scores.topk(12).indices  # this character-level tokenizer spends 26 tokens on the line
     assert in_line[top].all(), [document[a:b] for a, b in offsets[top].tolist()]
+
+
+def test_chunk_start_takes_the_first_position_of_every_chunk_of_its_knob(unigram):
+    """chunk-start with chunk=k: a share of one position per chunk takes exactly the first mapped position of each
+    k-token chunk (counted from the first mapped position), for the default knob and another."""
+    ids = torch.tensor(unigram("def f(x):\n    return x + 1\n" * 8).input_ids)
+    mapped = torch.ones(1, len(ids), dtype=torch.bool)
+    mapped[0, :3] = False  # the native prefix is never chosen; chunks count from the first mapped position
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=mapped, tokenizer=unigram)
+    for selector in (ChunkStart(), ChunkStart(chunk=8)):
+        starts = list(range(3, len(ids), selector.chunk))
+        chosen = choose(selector.scores(inputs), mapped, len(starts) / (len(ids) - 3))
+        assert chosen.index[0].tolist() == starts, selector
+
+
+def test_digits_takes_digit_tokens_and_the_span_before_each(unigram):
+    """digits: each token holding a digit and the span_before tokens before it, nothing else (no surprisal)."""
+    document = "x = 1\n" + "def f(a):\n    return a\n" * 3 + "y = 42\n"
+    ids = torch.tensor(unigram(document).input_ids)
+    mapped = torch.ones(1, len(ids), dtype=torch.bool)
+    inputs = SelectionInputs(receiver_ids=ids[None], mapped_mask=mapped, tokenizer=unigram)
+    digit = [i for i, t in enumerate(ids.tolist()) if any(c.isdigit() for c in unigram.decode([t]))]
+    for span in (4, 1):
+        want = sorted({j for i in digit for j in range(max(i - span, 0), i + 1)})
+        chosen = choose(Digits(span_before=span).scores(inputs), mapped, 0.99, positive_only=True)
+        assert chosen.index[0].tolist() == want, span
+
+
+def test_deviation_ranks_positions_by_how_far_the_mapped_first_layer_is_from_native():
+    """deviation: the position whose mapped first-layer K/V is furthest (relatively) from native ranks first."""
+    torch.manual_seed(0)
+    native = [(torch.randn(1, 2, 10, 8), torch.randn(1, 2, 10, 8))]
+    off = torch.zeros(1, 2, 10, 8)
+    off[:, :, 6] = 3.0  # position 6 far off, position 2 a little
+    off[:, :, 2] = 0.5
+    mapped = [(native[0][0] + off, native[0][1] + off)]
+    inputs = SelectionInputs(receiver_ids=torch.zeros(1, 10, dtype=torch.long), mapped_mask=torch.ones(1, 10, dtype=torch.bool),
+                             tokenizer=None, native_first=native, mapped_first=mapped)
+    scores = Deviation().scores(inputs)[0]
+    assert scores.argsort(descending=True)[:2].tolist() == [6, 2] and scores[[0, 1, 3]].abs().max() < 1e-6
+
+
+def test_a_selector_is_a_dataclass_of_its_knobs_and_its_name_means_the_defaults(bpe, unigram):
+    """A selector's knobs are validated fields; with default knobs it is its name (one setting, one key), with
+    others it is recorded with them, changes the cache key and round-trips through the record."""
+    assert TransferConfig(select=ChunkStart()) == TransferConfig(select="chunk-start")
+    odd = TransferConfig(recompute=0.2, select=ChunkStart(chunk=8))
+    assert odd.to_dict()["select"] == {"name": "chunk-start", "chunk": 8}
+    assert TransferConfig.from_dict(odd.to_dict()) == odd
+    with pytest.raises(HeteroFoldError, match=r"ChunkStart\(chunk=0\): pass a number >= 1 \(default 64\)"):
+        ChunkStart(chunk=0)
+    with pytest.raises(HeteroFoldError, match="ChunkStart has no knob"):
+        TransferConfig.from_dict({"recompute": 0.1, "select": {"name": "chunk-start", "size": 3}})
+    pipe = pipeline("qwen2", bpe, unigram)
+    prefill = prefill_sender(pipe.sender, CONTEXTS)
+    default = pipe.transfer(prefill, CONTEXTS, config=TransferConfig(recompute=0.2, select="chunk-start"))
+    knobbed = pipe.transfer(prefill, CONTEXTS, config=odd)
+    assert knobbed.recompute["select"] == {"name": "chunk-start", "chunk": 8}
+    assert default.cache_key() != knobbed.cache_key()
+    assert any(not torch.equal(a.keys, b.keys) for a, b in zip(default.cache.layers, knobbed.cache.layers))

@@ -34,7 +34,7 @@ def recompute_phrase(record: dict) -> str:
     """``"recomputing 0.05 by statement + first 2 layers, keys left mapped x0.7"`` for a recompute record (a
     :class:`~heterofold_hub.transfer.config.TransferConfig`'s fields; older records call the share ``fraction``)."""
     config = TransferConfig.from_dict(record, strict=False)
-    return (f"recomputing {config.recompute:g} by {config.select}"
+    return (f"recomputing {config.recompute:g} by {config.select_name}"
             + (f" + first {config.repair_layers} layers" if config.repair_layers else "") + scaled_keys(config))
 
 
@@ -46,7 +46,7 @@ def fidelity_caption(result: dict) -> str:
         how = f"; the keys of every mapped row scaled by {config.mapped_key_scale:g}"
     else:
         how = "" if config is None else (f"; after each map the receiver recomputed {config.recompute:g} of the "
-                                         f"context chosen by {config.select}" + (
+                                         f"context chosen by {config.select_name}" + (
                                              f" and its first {config.repair_layers} layers" if config.repair_layers
                                              else "") + scaled_keys(config))
     return (f"**{result['sender']} -> {result['receiver']}**: {result['windows']} windows of "

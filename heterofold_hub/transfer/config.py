@@ -43,23 +43,35 @@ SELECT_READS: dict[str, tuple[str, ...]] = {
 FIELDS = ("recompute", "select", "repair_layers", "mapped_key_scale")
 
 
-def reads(select: str | None, signal: str) -> bool:
-    """Whether the strategy ``select`` reads ``signal`` (a key of :data:`SELECT_READS`' tuples)."""
-    return signal in SELECT_READS.get(select, ())
+def select_name(select) -> str | None:
+    """The registered name of ``select``: a name, or a selector object (its class's ``name``)."""
+    return select if select is None or isinstance(select, str) else getattr(type(select), "name", None)
 
 
-def needs_query(select: str | None) -> bool:
+def reads(select, signal: str) -> bool:
+    """Whether the strategy ``select`` (a name or a selector) reads ``signal`` (see :data:`SELECT_READS`)."""
+    return signal in SELECT_READS.get(select_name(select), ())
+
+
+def needs_query(select) -> bool:
     """Whether ``select`` reads the receiver's prompt (``query=``, or the prompt ``generate`` reads)."""
     return reads(select, "query")
 
 
-def needs_surprisal(select: str | None) -> bool:
+def needs_surprisal(select) -> bool:
     """Whether ``select`` reads the sender's surprisal (so a prefill should keep it: ``surprisal=True``)."""
     return reads(select, "surprisal")
 
 
 def _real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_select(select) -> bool:
+    if isinstance(select, str):
+        return select in SELECT_READS
+    return (select_name(select) in SELECT_READS and dataclasses.is_dataclass(select)
+            and callable(getattr(select, "scores", None)))
 
 
 def _whole(value) -> bool:
@@ -72,17 +84,19 @@ class TransferConfig:
 
     - ``recompute``: share of the context's mapped receiver positions recomputed at every layer, in [0, 1]
       (0: the pure transfer; 1: the receiver's own prefill). ``select="oracle"`` ignores it and takes its spans.
-    - ``select``: the strategy choosing those positions, a key of :data:`SELECT_READS` (see
-      :mod:`~heterofold_hub.transfer.selection`); the ones that read the prompt wait for it when no ``query=``
-      is given (the recompute then runs in ``generate``).
+    - ``select``: the strategy choosing those positions: a name from :data:`SELECT_READS` (its default knobs), or
+      a selector with its knobs set (``ChunkStart(chunk=32)``, see :mod:`~heterofold_hub.transfer.selection`);
+      the ones that read the prompt wait for it when no ``query=`` is given (the recompute then runs in
+      ``generate``).
     - ``repair_layers``: the receiver's first layers recomputed for every position (0: none).
     - ``mapped_key_scale``: a factor in (0, 4] on the keys of the rows left mapped (1: unchanged); below 1 they
       draw less of the receiver's attention away from its own rows.
 
-    Numbers are stored as plain ``float`` / ``int`` (``recompute=1`` and ``1.0`` are one setting)."""
+    Numbers are stored as plain ``float`` / ``int`` (``recompute=1`` and ``1.0`` are one setting), and a selector
+    with its default knobs as its name (``ChunkStart()`` and ``"chunk-start"`` are one setting)."""
 
     recompute: float = 0.0
-    select: str = "content"
+    select: str | object = "content"  # a name, or a heterofold_hub.transfer.selection.Selector
     repair_layers: int = 0
     mapped_key_scale: float = 1.0
 
@@ -91,8 +105,9 @@ class TransferConfig:
         if not _real(self.recompute) or not 0 <= self.recompute <= 1:
             problems.append(f"recompute={self.recompute!r}: pass a share of the context in [0, 1] (0: pure "
                             "transfer, 1: native prefill), e.g. recompute=0.05")
-        if not isinstance(self.select, str) or self.select not in SELECT_READS:
-            problems.append(f"select={self.select!r}: choose one of {', '.join(SELECT_READS)}")
+        if not _is_select(self.select):
+            problems.append(f"select={self.select!r}: choose one of {', '.join(SELECT_READS)}, or pass a selector "
+                            "object with its knobs, e.g. ChunkStart(chunk=32)")
         if not _whole(self.repair_layers) or self.repair_layers < 0:
             problems.append(f"repair_layers={self.repair_layers!r}: pass a whole number of first layers (0: none)")
         if not _real(self.mapped_key_scale) or not 0 < self.mapped_key_scale <= 4:
@@ -102,11 +117,18 @@ class TransferConfig:
             raise HeteroFoldError("; ".join(problems) + ".")
         for name, kind in (("recompute", float), ("repair_layers", int), ("mapped_key_scale", float)):
             object.__setattr__(self, name, kind(getattr(self, name)))  # numpy scalars and ints alike: one key
+        if not isinstance(self.select, str) and self.select == type(self.select)():
+            object.__setattr__(self, "select", self.select_name)  # default knobs: the name says it all
+
+    @property
+    def select_name(self) -> str:
+        return select_name(self.select)
 
     @property
     def active(self) -> bool:
         """Whether anything happens after the map (False: the pure transfer)."""
-        return self.recompute > 0 or self.repair_layers > 0 or self.select == "oracle" or self.mapped_key_scale != 1
+        return (self.recompute > 0 or self.repair_layers > 0 or self.select_name == "oracle"
+                or self.mapped_key_scale != 1)
 
     @property
     def reads_prompt(self) -> bool:
@@ -116,8 +138,12 @@ class TransferConfig:
         return dataclasses.replace(self, **fields)
 
     def to_dict(self) -> dict:
-        """The config as JSON fields (the registry's ``recommended`` block; the record in a result)."""
-        return {name: getattr(self, name) for name in FIELDS}
+        """The config as JSON fields (the registry's ``recommended`` block; the record in a result); a selector with
+        knobs as ``{"name": ..., knob: value, ...}``."""
+        fields = {name: getattr(self, name) for name in FIELDS}
+        if not isinstance(self.select, str):
+            fields["select"] = {"name": self.select_name, **self.select.knobs()}
+        return fields
 
     @classmethod
     def from_dict(cls, fields: dict, *, where: str = "", strict: bool = True) -> TransferConfig:
@@ -129,6 +155,10 @@ class TransferConfig:
             fields["recompute"] = fields.pop("fraction")
         if not strict:
             fields = {name: value for name, value in fields.items() if name in FIELDS}
+        if isinstance(fields.get("select"), dict):
+            from heterofold_hub.transfer.selection import selector_from_dict  # noqa: PLC0415 (torch: only for knobs)
+
+            fields["select"] = selector_from_dict(fields["select"])
         unknown = sorted(set(fields) - set(FIELDS))
         source = f" in {where}" if where else ""
         if unknown:

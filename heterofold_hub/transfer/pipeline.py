@@ -347,7 +347,7 @@ def _what_was_read(config: TransferConfig, query: list[str] | None, spans, surpr
     read = {}
     if config.reads_prompt and query is not None:
         read["query"] = [text_digest(q) for q in query]
-    if config.select == "oracle" and spans is not None:
+    if config.select_name == "oracle" and spans is not None:
         read["spans"] = [[list(span) for span in row] for row in spans]
     if needs_surprisal(config.select) and config.recompute > 0:
         read["surprisal"] = surprisal is not None

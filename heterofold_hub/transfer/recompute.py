@@ -203,13 +203,13 @@ def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
                              tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
     if "query" in selector.needs:
         if query is None:
-            raise HeteroFoldError(f"select={settings.select!r} needs the receiver's prompt at transfer time (query=...); "
+            raise HeteroFoldError(f"select={selector.name!r} needs the receiver's prompt at transfer time (query=...); "
                                   "pass it, or choose a query-agnostic select such as 'content'.")
         from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
 
         inputs.query_ids = [encode(receiver.tokenizer, q, add_special_tokens=False)[0] for q in query]
         loaded = sender is not None and sender.model is not None and sender_mask is not None
-        if "sender_attention" in selector.needs and (settings.select == "attention" or loaded):
+        if "sender_attention" in selector.needs and (selector.name == "attention" or loaded):
             if sender_mask is None:
                 raise HeteroFoldError("select='attention' reads the sender's attention: pass a cache made by "
                                       "prefill_sender (it keeps the sender's padding).")
@@ -219,7 +219,7 @@ def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
             raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
                                   "one list per context) and the context texts.")
         inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
-    fraction = None if settings.select == "oracle" else settings.recompute
+    fraction = None if selector.name == "oracle" else settings.recompute
 
     def chosen() -> Choice:
         if fraction == 0:

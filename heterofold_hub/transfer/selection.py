@@ -4,7 +4,7 @@ A :class:`Selector` scores every receiver position of a plan (``[B, Tr]``, highe
 top share of each row's mapped positions. Strategies, cheapest signal first:
 
 - ``tail``: the most recent positions (a baseline);
-- ``chunk-start``: the first positions of every 64-token chunk (EPIC's attention-sink lever);
+- ``chunk-start``: the first positions of every ``chunk``-token chunk (EPIC's attention-sink lever);
 - ``content``: query-agnostic, tokens that carry content to copy: digit runs and rare tokens (the sender's
   surprisal when the prefill kept it), spread over the line around each (``digits``: the few tokens before each
   only); ``content-tail``: content's ranking and tail's, interleaved (about half the share each);
@@ -17,11 +17,16 @@ top share of each row's mapped positions. Strategies, cheapest signal first:
   ``statement-tail``: that line, then the most recent positions to fill the share; ``attention``: that attention
   alone (CacheClip style). All need the prompt at transfer time, ``attention`` the sender model too;
 - ``oracle``: exactly the character spans given (the answer's line in an evaluation): the ceiling.
+
+Each strategy is a frozen dataclass whose fields are its knobs (kvpress's presses):
+``TransferConfig(recompute=0.1, select=ChunkStart(chunk=32))``; its name alone means its default knobs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -29,10 +34,6 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.config import SELECT_READS
 from heterofold_hub.transfer.kvcache import LayerKV
 
-CHUNK = 64  # chunk-start's chunk length in receiver tokens
-DIGIT_BONUS = 20.0  # nats added to a token with a digit: numbers are what exact copying most often needs
-SPAN_BEFORE = 4  # tokens before a chosen token that share its score (the name before a value, a line's start)
-LINE_RADIUS = 12  # tokens on either side of a peak, on its line, that share its score: a statement, not a paragraph
 
 
 @dataclass
@@ -55,13 +56,15 @@ class SelectionInputs:
     query_ids: list[torch.Tensor] | None = None  # per row, the receiver's token ids of its prompt
 
 
+@dataclass(frozen=True)
 class Selector:
-    """Scores positions for recompute; subclasses set ``name`` and implement :meth:`scores`. What a strategy reads
-    (:attr:`needs`) is declared by name in :data:`~heterofold_hub.transfer.config.SELECT_READS`, where the registry
-    and the CLI read it without torch."""
+    """Scores positions for recompute: one frozen dataclass per strategy, its fields its knobs (validated when made),
+    ``name`` its registered name, :meth:`scores` its one method. What a strategy reads (:attr:`needs`) is declared by
+    name in :data:`~heterofold_hub.transfer.config.SELECT_READS`, where the registry and the CLI read it without
+    torch. Pass one as ``TransferConfig(select=ChunkStart(chunk=32))``; its name alone means its default knobs."""
 
-    name: str = ""
-    fills_share: bool = True  # False: only positions scored above 0 are taken, at most the recompute share
+    name: ClassVar[str] = ""
+    fills_share: ClassVar[bool] = True  # False: only positions scored above 0 are taken, at most the share
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -71,55 +74,102 @@ class Selector:
         """``[B, Tr]`` float, higher recomputed first."""
         raise NotImplementedError
 
+    def knobs(self) -> dict:
+        return dataclasses.asdict(self)
 
+    def _check(self, **limits: int | float) -> None:
+        """Refuse a knob below its lowest value (``limits``: knob name -> lowest), naming the class and the fix."""
+        for knob, low in limits.items():
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+                raise HeteroFoldError(f"{type(self).__name__}({knob}={value!r}): pass a number >= {low} (default "
+                                      f"{type(self).__dataclass_fields__[knob].default}).")
+
+
+@dataclass(frozen=True)
 class Tail(Selector):
-    name = "tail"
+    """The most recent positions (a baseline)."""
+
+    name: ClassVar[str] = "tail"
 
     def scores(self, inputs):
         return torch.arange(inputs.receiver_ids.shape[1], dtype=torch.float32).expand(inputs.receiver_ids.shape)
 
 
+@dataclass(frozen=True)
 class ChunkStart(Selector):
-    name = "chunk-start"
+    """The first positions of every ``chunk`` receiver tokens (EPIC's attention-sink lever)."""
+
+    name: ClassVar[str] = "chunk-start"
+    chunk: int = 64
+
+    def __post_init__(self):
+        self._check(chunk=1)
 
     def scores(self, inputs):
         position = (inputs.mapped_mask.long().cumsum(-1) - 1).clamp(min=0)
-        return -(position % CHUNK).float()
+        return -(position % self.chunk).float()
 
 
-def token_content(inputs: SelectionInputs) -> torch.Tensor:
-    """``[B, Tr]``: a bonus for each token holding a digit, plus the sender's surprisal when the prefill kept it."""
-    score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * DIGIT_BONUS
+def token_content(inputs: SelectionInputs, digit_bonus: float) -> torch.Tensor:
+    """``[B, Tr]``: ``digit_bonus`` nats for each token holding a digit, plus the sender's surprisal when the prefill
+    kept it."""
+    score = digit_tokens(inputs.tokenizer, inputs.receiver_ids).float() * digit_bonus
     return score if inputs.surprisal is None else score + inputs.surprisal
 
 
+@dataclass(frozen=True)
 class Content(Selector):
-    """Digits and the sender's surprise, spread over the line around each peak (a value with its name)."""
+    """Digits and the sender's surprise, spread over the line around each peak (a value with its name).
 
-    name = "content"
+    ``digit_bonus``: nats added to a token holding a digit (numbers are what exact copying most often needs);
+    ``line_radius``: tokens on either side of a peak, on its line, that share its score (a statement, not a
+    paragraph)."""
+
+    name: ClassVar[str] = "content"
+    digit_bonus: float = 20.0
+    line_radius: int = 12
+
+    def __post_init__(self):
+        self._check(digit_bonus=0, line_radius=0)
 
     def scores(self, inputs):
-        return spread_in_line(token_content(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+        return spread_in_line(token_content(inputs, self.digit_bonus), line_ids(inputs.tokenizer, inputs.receiver_ids),
+                              self.line_radius)
 
 
+@dataclass(frozen=True)
 class Digits(Selector):
-    """The same token signal spread only to the few tokens before each (the first content signal measured)."""
+    """:class:`Content`'s token signal spread only to the ``span_before`` tokens before each (the name before a
+    value; the first content signal measured)."""
 
-    name = "digits"
+    name: ClassVar[str] = "digits"
+    digit_bonus: float = 20.0
+    span_before: int = 4
+
+    def __post_init__(self):
+        self._check(digit_bonus=0, span_before=0)
 
     def scores(self, inputs):
-        return spread_back(token_content(inputs), SPAN_BEFORE)
+        return spread_back(token_content(inputs, self.digit_bonus), self.span_before)
 
 
+@dataclass(frozen=True)
 class ContentTail(Selector):
     """Query-agnostic: :class:`Content`'s ranking and :class:`Tail`'s, interleaved, so a share takes about half
     from each (the content lines where facts sit, the recent context the next tokens read first). A position's score
-    is minus its better rank of the two."""
+    is minus its better rank of the two. Its knobs are :class:`Content`'s."""
 
-    name = "content-tail"
+    name: ClassVar[str] = "content-tail"
+    digit_bonus: float = 20.0
+    line_radius: int = 12
+
+    def __post_init__(self):
+        self._check(digit_bonus=0, line_radius=0)
 
     def scores(self, inputs):
-        content, recent = Content().scores(inputs), Tail().scores(inputs)
+        content = Content(digit_bonus=self.digit_bonus, line_radius=self.line_radius).scores(inputs)
+        recent = Tail().scores(inputs)
         best = torch.minimum(_ranks(content, inputs.mapped_mask), _ranks(recent, inputs.mapped_mask))
         return -best.float()
 
@@ -131,8 +181,11 @@ def _ranks(score: torch.Tensor, mapped: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(order).scatter_(1, order, torch.arange(score.shape[1]).expand_as(order))
 
 
+@dataclass(frozen=True)
 class Deviation(Selector):
-    name = "deviation"
+    """Where the mapped K/V of the receiver's first layer deviates most from its native K/V (CacheBlend)."""
+
+    name: ClassVar[str] = "deviation"
 
     def scores(self, inputs):
         (nk, nv), (mk, mv) = inputs.native_first[0], inputs.mapped_first[0]
@@ -140,33 +193,47 @@ class Deviation(Selector):
         return error(nk, mk) + error(nv, mv)
 
 
+@dataclass(frozen=True)
 class Attention(Selector):
-    """The sender's attention from the prompt over the context alone (CacheClip's signal, with the sender as helper)."""
+    """The sender's attention from the prompt over the context alone (CacheClip's signal, with the sender as helper),
+    spread to the ``span_before`` tokens before each position."""
 
-    name = "attention"
+    name: ClassVar[str] = "attention"
+    span_before: int = 4
+
+    def __post_init__(self):
+        self._check(span_before=0)
 
     def scores(self, inputs):
-        return spread_back(inputs.query_attention, SPAN_BEFORE)
+        return spread_back(inputs.query_attention, self.span_before)
 
 
+@dataclass(frozen=True)
 class Keywords(Selector):
     """The prompt's rare words found in the context, each matched token weighted by how rare it is there, spread over
-    the line around each match: the statement the prompt asks about, name and value together. No model runs."""
+    ``line_radius`` tokens of the line around each match: the statement the prompt asks about, name and value
+    together. No model runs."""
 
-    name = "keywords"
+    name: ClassVar[str] = "keywords"
+    line_radius: int = 12
+
+    def __post_init__(self):
+        self._check(line_radius=0)
 
     def scores(self, inputs):
-        return spread_in_line(keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+        return spread_in_line(keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids),
+                              self.line_radius)
 
 
+@dataclass(frozen=True)
 class Statement(Selector):
     """The statement the prompt asks about: the line whose tokens match the prompt's rare words best (by the sum of
     :func:`keyword_matches` over the line; lines that tie with it too), and nothing more. Recomputing further lines
     to fill the share lowered retrieval at 2048 tokens (docs/results.md): a sibling statement made native competes
     with the asked one. So the share only caps what this takes."""
 
-    name = "statement"
-    fills_share = False
+    name: ClassVar[str] = "statement"
+    fills_share: ClassVar[bool] = False
 
     def scores(self, inputs):
         match, lines = keyword_matches(inputs), line_ids(inputs.tokenizer, inputs.receiver_ids)
@@ -176,12 +243,13 @@ class Statement(Selector):
         return torch.where((score >= best) & (best > 0), score, torch.zeros_like(score))
 
 
+@dataclass(frozen=True)
 class StatementTail(Selector):
     """:class:`Statement`'s line, then the most recent positions until the share is filled: the asked fact for
     retrieval, the recent context for what the receiver writes next (the tail alone lifts recovered the most of the
     query-agnostic strategies: docs/results.md)."""
 
-    name = "statement-tail"
+    name: ClassVar[str] = "statement-tail"
 
     def scores(self, inputs):
         asked = Statement().scores(inputs)
@@ -189,17 +257,22 @@ class StatementTail(Selector):
         return torch.where(asked > 0, asked + 1.0, recent)
 
 
+@dataclass(frozen=True)
 class Query(Selector):
     """:class:`Keywords`, with the sender's attention from the prompt (when the sender model is loaded) breaking
     ties between positions the words score alike."""
 
-    name = "query"
+    name: ClassVar[str] = "query"
+    line_radius: int = 12
+
+    def __post_init__(self):
+        self._check(line_radius=0)
 
     def scores(self, inputs):
         score, attention = keyword_matches(inputs), inputs.query_attention
         if attention is not None:
             score = score + 1e-3 * attention / attention.amax(1, keepdim=True).clamp(min=1e-12)
-        return spread_in_line(score, line_ids(inputs.tokenizer, inputs.receiver_ids), LINE_RADIUS)
+        return spread_in_line(score, line_ids(inputs.tokenizer, inputs.receiver_ids), self.line_radius)
 
 
 def keyword_matches(inputs: SelectionInputs) -> torch.Tensor:
@@ -215,8 +288,11 @@ def keyword_matches(inputs: SelectionInputs) -> torch.Tensor:
     return score
 
 
+@dataclass(frozen=True)
 class Oracle(Selector):
-    name = "oracle"
+    """Exactly the character spans given (the answer's line in an evaluation): the ceiling."""
+
+    name: ClassVar[str] = "oracle"
 
     def scores(self, inputs):
         start, end = inputs.offsets[..., 0], inputs.offsets[..., 1]
@@ -236,10 +312,27 @@ if set(SELECTORS) != set(SELECT_READS):  # one class per declared name, and no c
     raise ImportError(f"selectors {sorted(SELECTORS)} do not match SELECT_READS {sorted(SELECT_READS)}")
 
 
-def get_selector(name: str) -> Selector:
-    if name not in SELECTORS:
-        raise HeteroFoldError(f"select={name!r}; choose one of {', '.join(SELECT_READS)}.")
-    return SELECTORS[name]()
+def get_selector(select: str | Selector) -> Selector:
+    """The strategy ``select`` names (with its default knobs), or ``select`` itself."""
+    if isinstance(select, Selector):
+        return select
+    if select not in SELECTORS:
+        raise HeteroFoldError(f"select={select!r}; choose one of {', '.join(SELECT_READS)}.")
+    return SELECTORS[select]()
+
+
+def selector_from_dict(fields: dict) -> Selector:
+    """A selector from its record (``{"name": "chunk-start", "chunk": 32}``), refusing unknown names and knobs."""
+    fields = dict(fields)
+    cls = SELECTORS.get(fields.pop("name", None))
+    if cls is None:
+        raise HeteroFoldError(f"select={fields!r}: a selector record names one of {', '.join(SELECT_READS)} under "
+                              "'name'.")
+    known = {f.name for f in dataclasses.fields(cls)}
+    if set(fields) - known:
+        raise HeteroFoldError(f"select: {cls.__name__} has no knob(s) {', '.join(sorted(set(fields) - known))}; its "
+                              f"knobs are {', '.join(sorted(known)) or 'none'}.")
+    return cls(**fields)
 
 
 def spread_back(score: torch.Tensor, before: int) -> torch.Tensor:
