@@ -17,6 +17,7 @@ from rich.table import Table
 from heterofold_hub.data.texts import read_texts
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.handoff import Setting, evaluate_handoff, make_handoff_prompts, wilson
+from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.evaluation.retrieval import filler_texts, known_facts
 from heterofold_hub.modeling import HeteroFoldModel
 
@@ -25,7 +26,7 @@ def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
     """``"content:0.02,0.05;query+2:0.1;oracle;statement~0.7/deferred:0.05"`` -> settings, each with every
     ``repairs`` count; the pure transfer first. ``~S``: the keys left mapped scaled by S; ``/deferred``: the
     transfer is made without the prompt, the recompute when the receiver reads it."""
-    settings = [Setting("content", 0.0, r) for r in repairs]
+    settings = [Setting(TransferConfig(repair_layers=r)) for r in repairs]
     for part in filter(None, (p.strip() for p in grid.split(";"))):
         select, _, fractions = part.partition(":")
         select, _, deferred = select.partition("/")
@@ -34,8 +35,9 @@ def parse_grid(grid: str, repairs: list[int]) -> list[Setting]:
         select, _, scale = select.partition("~")  # "statement~0.7:0.05" scales the keys left mapped by 0.7
         select, _, repair = select.partition("+")  # "content+2:0.05" repairs the first 2 layers too
         for fraction in ([None] if select == "oracle" else [float(f) for f in fractions.split(",")]):
-            settings += [Setting(select, fraction or 0.0, r, deferred=bool(deferred),
-                                 mapped_key_scale=float(scale) if scale else 1.0)
+            settings += [Setting(TransferConfig(recompute=fraction or 0.0, select=select, repair_layers=r,
+                                                mapped_key_scale=float(scale) if scale else 1.0),
+                                 deferred=bool(deferred))
                          for r in ([int(repair)] if repair else repairs)]
     return list(dict.fromkeys(settings))
 
@@ -63,7 +65,7 @@ def measure_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths:
     fillers = filler_texts(read_texts(data))
     exclude = known_facts(read_texts("bundled:wide"))
     result = {"sender": model.sender.name, "receiver": model.receiver.name, "lengths": lengths, "docs": docs,
-              "data": data, "settings": [s.__dict__ for s in settings], "formats": {}}
+              "data": data, "settings": [s.record() for s in settings], "formats": {}}
     for fmt in formats:
         result["formats"][fmt] = {}
         for n in lengths:

@@ -306,7 +306,7 @@ def test_a_handoff_grid_names_its_settings_and_refuses_an_unknown_option():
                           [0])
     assert [s.name for s in settings] == ["transfer", "statement@0.05", "statement@0.05 deferred", "tail@0.1+L2",
                                           "oracle", "statement@0.05+L1 k0.7 deferred"]
-    assert [s.mapped_key_scale for s in settings] == [1.0] * 5 + [0.7]
+    assert [s.config.mapped_key_scale for s in settings] == [1.0] * 5 + [0.7]
     with pytest.raises(HeteroFoldError, match=r"'/later' is not an option.*'/deferred'"):
         parse_grid("statement/later:0.05", [0])
 

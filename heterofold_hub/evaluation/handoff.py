@@ -116,29 +116,26 @@ def make_handoff_prompts(fillers: list[str], receiver: Side, length: int, docs: 
 
 @dataclass(frozen=True)
 class Setting:
-    """One recompute setting: ``fraction`` of mapped positions chosen by ``select``, plus ``repair_layers``;
+    """One hand-off setting of a grid: its :class:`~heterofold_hub.transfer.config.TransferConfig`, and
     ``deferred``: the transfer is made without the prompt, and the recompute when the receiver reads it
-    (:class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`); ``mapped_key_scale``: the factor on the keys of
-    the rows left mapped (named ``kS``)."""
+    (:class:`~heterofold_hub.transfer.pipeline.DeferredRecompute`)."""
 
-    select: str
-    fraction: float
-    repair_layers: int = 0
+    config: TransferConfig
     deferred: bool = False
-    mapped_key_scale: float = 1.0
-
-    @property
-    def config(self) -> TransferConfig:
-        return TransferConfig(recompute=self.fraction, select=self.select, repair_layers=self.repair_layers,
-                              mapped_key_scale=self.mapped_key_scale)
 
     @property
     def name(self) -> str:
-        base = "transfer" if self.fraction == 0 and self.select != "oracle" else (
-            "oracle" if self.select == "oracle" else f"{self.select}@{self.fraction:g}")
-        return (base + (f"+L{self.repair_layers}" if self.repair_layers else "")
-                + (f" k{self.mapped_key_scale:g}" if self.mapped_key_scale != 1 else "")
+        """``transfer``, ``oracle`` or ``select@share``, then ``+L<repaired layers>``, `` k<key scale>``,
+        `` deferred`` where they apply (the names results and plots use)."""
+        c = self.config
+        base = "transfer" if c.recompute == 0 and c.select_name != "oracle" else (
+            "oracle" if c.select_name == "oracle" else f"{c.select_name}@{c.recompute:g}")
+        return (base + (f"+L{c.repair_layers}" if c.repair_layers else "")
+                + (f" k{c.mapped_key_scale:g}" if c.mapped_key_scale != 1 else "")
                 + (" deferred" if self.deferred else ""))
+
+    def record(self) -> dict:
+        return {**self.config.to_dict(), "deferred": self.deferred}
 
     def transfer(self, pipeline: TransferPipeline, prefill, texts: list[str], questions: list[str],
                  spans: list[list[tuple[int, int]]] | None = None) -> TransferResult:
@@ -161,7 +158,7 @@ def evaluate_handoff(sender: Side, receiver: Side, pipeline: TransferPipeline, p
     decode = dict(max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id or 0)
     names = ["native", "no-context", *(s.name for s in settings)]
     rows = {name: {"decoded": [], "hits": [], "share": [], "seconds": []} for name in names}
-    surprisal = any(needs_surprisal(s.select) for s in settings)
+    surprisal = any(needs_surprisal(s.config.select) for s in settings)
     with progress_bar(progress, transient=False) as bar:
         task = bar.add_task(f"hand-off {prompts[0].format} {prompts[0].tokens} tok", total=len(prompts))
         for start in range(0, len(prompts), batch_size):
