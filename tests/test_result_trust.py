@@ -156,8 +156,8 @@ def test_a_result_for_another_receiver_is_refused_by_name(model, prefill):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m, p: m.transfer(p, TEXT, recompute=0.2, select="statement", query=""), "A query is empty"),
-    (lambda m, p: m.generate(m.transfer(p, TEXT, recompute=0.2, select="statement"), prompt=""), "A prompt is empty"),
+    (lambda m, p: m.transfer(p, TEXT, recompute=0.2, select="statement", query=""), "A query covers no characters"),
+    (lambda m, p: m.generate(m.transfer(p, TEXT, recompute=0.2, select="statement"), prompt=""), "A prompt covers no characters"),
     (lambda m, p: m.transfer(p, TEXT, recompute=0.2, select="statement", query=123), "The query given is a int"),
     (lambda m, p: m.prefill_sender(123), "The context given is a int"),
     (lambda m, p: m.transfer(p, TEXT).cache_key(row=5), r"cache_key\(row=5\): this result holds 1 row"),

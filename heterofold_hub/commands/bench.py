@@ -57,7 +57,7 @@ class BenchArgs:
         except HeteroFoldError as err:
             problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {err}")
         else:
-            from heterofold_hub.transfer.config import needs_query
+            from heterofold_hub.transfer.selects import needs_query
 
             if needs_query(settings.select) and settings.active and self.query is None:
                 problems.append(f"--select {settings.select} reads the receiver's prompt: give it with --query TEXT")

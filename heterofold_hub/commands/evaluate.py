@@ -53,7 +53,7 @@ class EvalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
-        from heterofold_hub.transfer.config import needs_query
+        from heterofold_hub.transfer.selects import needs_query
 
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot) + dtype_problems(self.dtype)

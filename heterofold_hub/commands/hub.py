@@ -193,7 +193,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
 
 def _reads_prompt(select: str) -> bool:
     """Whether a recommended ``select`` reads the receiver's prompt (loads torch: call sparingly)."""
-    from heterofold_hub.transfer.config import needs_query
+    from heterofold_hub.transfer.selects import needs_query
 
     return needs_query(select)
 

@@ -44,7 +44,8 @@ from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.pipeline import TransferPipeline
 from heterofold_hub.transfer.plan import PlanCache, build_plan
-from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.sender import last_hidden_states, prefill_sender, surprisal_from_hidden
 
 RECOMPUTED = "heterofold"  # the method timed with recompute settings: the registered adapter users get

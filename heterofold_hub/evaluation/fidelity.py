@@ -11,7 +11,7 @@ import torch
 from rich.table import Table
 
 from heterofold_hub.progress import progress_bar
-from heterofold_hub.transfer.config import needs_surprisal
+from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.forward import native_logits, no_context_logits, transferred_logits
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side

@@ -31,7 +31,8 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.evaluation.retrieval import (RECALL_MARK, _filler_chunk, digit_accuracy, exact_match, fact_line,
                                                  make_prompt)
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
-from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import ADJECTIVES, NOUNS
 

@@ -42,7 +42,8 @@ from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.pipeline import TransferPipeline, TransferResult, native_prefill
-from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.sender import prefill_sender
 from heterofold_hub.zoo.retrieval import FACTS_HEADER, fact_line, make_retrieval_doc
 

@@ -21,46 +21,9 @@ import numbers
 from dataclasses import dataclass
 
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer.selects import SELECT_READS, needs_query, select_name
 
-# Each select name and what it reads beyond the plan: "surprisal" (the sender's, when its prefill kept it),
-# "query" (the receiver's prompt), "sender_attention" (the sender's attention from the prompt, when its model is
-# loaded), "first_layer" (the receiver's own first layer over every token), "spans" (character spans to recompute).
-# The strategies themselves are in heterofold_hub.transfer.selection, one class per name.
-SELECT_READS: dict[str, tuple[str, ...]] = {
-    "tail": (),
-    "chunk-start": (),
-    "content": ("surprisal",),
-    "digits": ("surprisal",),
-    "content-tail": ("surprisal",),
-    "deviation": ("first_layer",),
-    "keywords": ("query",),
-    "statement": ("query",),
-    "statement-tail": ("query",),
-    "query": ("query", "sender_attention"),
-    "attention": ("query", "sender_attention"),
-    "oracle": ("spans",),
-}
 FIELDS = ("recompute", "select", "repair_layers", "mapped_key_scale")
-
-
-def select_name(select) -> str | None:
-    """The registered name of ``select``: a name, or a selector object (its class's ``name``)."""
-    return select if select is None or isinstance(select, str) else getattr(type(select), "name", None)
-
-
-def reads(select, signal: str) -> bool:
-    """Whether the strategy ``select`` (a name or a selector) reads ``signal`` (see :data:`SELECT_READS`)."""
-    return signal in SELECT_READS.get(select_name(select), ())
-
-
-def needs_query(select) -> bool:
-    """Whether ``select`` reads the receiver's prompt (``query=``, or the prompt ``generate`` reads)."""
-    return reads(select, "query")
-
-
-def needs_surprisal(select) -> bool:
-    """Whether ``select`` reads the sender's surprisal (so a prefill should keep it: ``surprisal=True``)."""
-    return reads(select, "surprisal")
 
 
 def _real(value) -> bool:

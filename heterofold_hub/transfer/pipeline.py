@@ -13,7 +13,8 @@ from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
-from heterofold_hub.transfer.config import TransferConfig, needs_surprisal
+from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.recompute import recomputed_layers
 from heterofold_hub.transfer.sender import SenderPrefill, as_texts
 from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity, side_identity, text_digest

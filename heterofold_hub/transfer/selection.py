@@ -31,7 +31,7 @@ from typing import ClassVar
 import torch
 
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.transfer.config import SELECT_READS
+from heterofold_hub.transfer.selects import SELECT_READS
 from heterofold_hub.transfer.kvcache import LayerKV
 
 

@@ -74,8 +74,8 @@ def as_texts(texts: str | list[str], what: str = "context") -> list[str]:
             raise AlignmentError(f"{what.capitalize()} {i} is a {type(text).__name__} ({_short(text)}), not a "
                                  f"string; pass the {what} as text.")
     if not texts or not all(texts):
-        raise AlignmentError(f"A {what} is empty (or none was given): pass a non-empty string or a list of "
-                             "non-empty strings.")
+        raise AlignmentError(f"A {what} covers no characters (it is empty, or none was given): pass a non-empty "
+                             "string or a list of non-empty strings.")
     return texts
 
 
