@@ -25,6 +25,7 @@ BAD = {
     "compose": (["--sender", "a/x", "--receiver", "b/y", "--pivot", "a/x", "--out", "/tmp/nowhere"],
                 "must be three different models"),
     "compress": (["--adapter", "/no/such/package", "--rank", "0", "--out", "/tmp/nowhere"], "--rank: 0 is too small"),
+    "demo": (["--repeats", "0"], "--repeats: 0"),
 }
 
 
