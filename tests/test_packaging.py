@@ -1,5 +1,5 @@
 """`pip install .` gives a working package: the wheel holds heterofold_hub alone (the CLI and the trainers inside
-it, no bare `cli` or `trainers`) with the shipped data, and installed into a fresh virtualenv, away from the
+it, no bare `cli` or `trainers`, no links) with the shipped data, and installed into a fresh virtualenv, away from the
 checkout, `hf-fold list`, `from_pretrained` of the tiny pair and `hf-fold push` work without writing into
 site-packages. The wheel is built once per session from a copy of the working tree (~150 MB, ~15 s)."""
 
@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from heterofold_hub import paths
+
 from helpers import ROOT
 
 TINY_PAIR = ("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code")
 L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
+S2G = "heterofold/smollm2-135m-to-gemma3-270m"
 # Not needed to build a wheel, and large or machine-local: left out of the copy the wheel is built from.
 NOT_BUILT_FROM = {".git", ".venv", "build", "dist", "runs", "out", "site", "benchmarks", "docs", "tests",
                   "checkpoints", "catalogue-preview"}
@@ -39,7 +42,7 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     source, out = tmp_path_factory.mktemp("source") / "heterofold-hub", tmp_path_factory.mktemp("wheel")
-    shutil.copytree(ROOT, source, symlinks=True, ignore=_ignore)  # links stay links: the build follows them
+    shutil.copytree(ROOT, source, ignore=_ignore)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                             "-q", "-w", str(out), str(source)], capture_output=True, text=True)
     shutil.rmtree(source.parent)  # ~150 MB each: pytest keeps the last three sessions' temp folders
@@ -88,20 +91,32 @@ def installed_files(venv: Path) -> dict[str, tuple[int, int]]:
             if p.is_file() and "__pycache__" not in p.parts}
 
 
-def test_a_checkout_reaches_the_namespaced_names_through_links_to_the_root_files():
-    """What the wheel copies, a checkout links: heterofold_hub.cli and heterofold_hub.trainers are the root's cli.py
-    and trainers/, and the shipped data resolves to the root's registry.json, hub/ and cards/ (read and written
-    there, as before)."""
-    from heterofold_hub import paths
+def test_the_checkout_tracks_no_links_and_keeps_the_root_layout():
+    staged = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line for line in staged.splitlines() if line.startswith("120000")] == []  # mode 120000: a symlink
+    assert all((ROOT / name).exists() for name in ("heterofold_hub", "trainers", "cards", "registry.json", "cli.py"))
+    assert not (ROOT / "heterofold_hub" / "shipped").exists() and not (ROOT / "heterofold_hub" / "cli.py").exists()
+
+
+def test_a_checkout_imports_the_root_cli_and_trainers_under_the_package_names_only():
+    """heterofold_hub.cli and heterofold_hub.trainers are the root's cli.py and trainers/ (one file, one module);
+    the bare names refuse to import, and the shipped data is the root's."""
+    import heterofold_hub.cli
+    import heterofold_hub.trainers.train
     from heterofold_hub.hub.cards import template_path
     from heterofold_hub.hub.registry import PROJECT_REGISTRY
 
-    for link, target in {"cli.py": "cli.py", "trainers": "trainers", "shipped/registry.json": "registry.json",
-                         "shipped/hub": "hub", "shipped/cards": "cards"}.items():
-        path = ROOT / "heterofold_hub" / link
-        assert path.is_symlink() and path.resolve() == ROOT / target
+    assert Path(heterofold_hub.cli.__file__) == ROOT / "cli.py"
+    assert Path(heterofold_hub.trainers.train.__file__) == ROOT / "trainers" / "train.py"
     assert not paths.shipped_is_installed()
     assert (PROJECT_REGISTRY, template_path()) == (ROOT / "registry.json", ROOT / "cards" / "adapter_card.md.j2")
+    for bare in ("cli", "trainers", "trainers.train"):
+        run = subprocess.run([sys.executable, "-c", f"import {bare}"], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert run.returncode == 1 and "ImportError: Import heterofold_hub." in run.stderr, (bare, run.stderr[-500:])
+    run = subprocess.run([sys.executable, "cli.py", "list"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0 and S2G in run.stdout, run.stderr[-2000:]
 
 
 def test_the_wheel_holds_one_namespaced_package_with_the_shipped_data(wheel):
@@ -114,7 +129,7 @@ def test_the_wheel_holds_one_namespaced_package_with_the_shipped_data(wheel):
     assert {"heterofold_hub/cli.py", "heterofold_hub/trainers/__init__.py", "heterofold_hub/trainers/train.py",
             "heterofold_hub/shipped/cards/adapter_card.md.j2"} <= infos.keys()
     links = [n for n, info in infos.items() if stat.S_ISLNK(info.external_attr >> 16)]
-    assert links == []  # the checkout's symlinks became the files they point to
+    assert links == []
     assert shipped_registry == json.loads((ROOT / "registry.json").read_text())
     embedded = [a["repo_id"] for a in shipped_registry["adapters"] if a["hub"] == "embedded"]
     assert L2Q in embedded
