@@ -21,6 +21,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -76,6 +77,12 @@ def test_every_embedded_repo_ships_in_exactly_one_distribution():
     homes = [*paths.CORE_REPOS, *(repo for repos in paths.COMPANIONS.values() for repo in repos)]
     assert sorted(homes) == sorted(EMBEDDED)  # each once, none forgotten
     assert all(paths.distribution_of(repo) for repo in EMBEDDED)
+
+
+def test_the_project_urls_are_the_one_address_the_package_and_the_readme_use():
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls["Repository"] == paths.REPOSITORY_URL and paths.FILES_URL == f"{paths.REPOSITORY_URL}/blob/main/"
+    assert all(url.startswith(paths.REPOSITORY_URL) for url in urls.values())
 
 
 # -- the wheels ----------------------------------------------------------------------------------------------------
