@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+if __name__ not in ("heterofold_hub.cli", "__main__"):  # one module, one name (docs/packaging.md)
+    raise ImportError(f"Import heterofold_hub.cli, not {__name__}: the CLI is part of the heterofold_hub package (in a "
+                      "checkout it is served from the repository root's cli.py; `python cli.py` runs it).")
+
 import os
 import sys
 from pathlib import Path

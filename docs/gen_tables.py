@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gen_catalogue, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
+# The README's links are absolute, so that they work on a package index's page too: the repository's address
+# (pyproject.toml's [project.urls] Repository, the project's future home; heterofold_hub.paths.FILES_URL is the same)
+# + /blob/main/ + the file's path in the repository.
+FILES_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"] + "/blob/main/"
 RESULTS = ROOT / "benchmarks" / "results"
 
 # Which result shows what, per direction. Names only: every figure comes from these files. A source is
@@ -294,7 +299,8 @@ def adapters_markdown(root: Path = ROOT) -> str:
 
 def blocks() -> dict[str, str]:
     """The README's generated blocks by marker name."""
-    return {"expect-s2g": expect_markdown("s2g"), "expect-g2s": expect_markdown("g2s"), "adapters": adapters_markdown()}
+    return {"expect-s2g": expect_markdown("s2g", FILES_URL), "expect-g2s": expect_markdown("g2s", FILES_URL),
+            "adapters": adapters_markdown()}
 
 
 def write_blocks(path: Path, generated: dict[str, str]) -> None:

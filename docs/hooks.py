@@ -22,6 +22,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(DOCS))
 
 import gen_catalogue  # noqa: E402
+from gen_tables import FILES_URL  # noqa: E402
 
 ASSETS = "assets"
 ROOT_FILES = {"registry.json": "registry.json", "LICENSE": "LICENSE.txt", "NOTICE": "NOTICE.txt"}
@@ -33,8 +34,9 @@ describes each command's options, with examples.
 
 
 def readme_for_site(text: str) -> str:
-    """The README as the site's home page: links into docs/ become site links, links to repository files become
-    links to their copies under assets/."""
+    """The README as the site's home page: its absolute links to the repository (:data:`FILES_URL`) become relative,
+    then links into docs/ become site links, links to repository files links to their copies under assets/."""
+    text = text.replace(f"]({FILES_URL}", "](")
     text = text.replace("](docs/)", "](getting-started.md)")
     text = re.sub(r"\]\(docs/([^)]+)\)", r"](\1)", text)
     text = text.replace("](benchmarks/results/", f"]({ASSETS}/results/")

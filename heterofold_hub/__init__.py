@@ -5,7 +5,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from heterofold_hub import paths as _paths
+
 __version__ = "0.1.0"
+
+# In a checkout, heterofold_hub.cli and heterofold_hub.trainers are the repository root's cli.py and trainers/ (a
+# wheel holds them inside the package): docs/packaging.md.
+_paths.serve_root_modules()
 
 # The public names, each loaded from its module on first use (PEP 562): importing the package, as every
 # `hf-fold` command does, must not import torch and transformers (2.4 s of a 2.5 s `hf-fold --help`).

@@ -204,7 +204,7 @@ def test_pickle_weights_are_refused_never_unpickled(package, tmp_path, name):
 
 def _source_files():
     found = [*(ROOT / "heterofold_hub").rglob("*.py"), *(ROOT / "trainers").rglob("*.py"), ROOT / "cli.py"]
-    return sorted({p.resolve() for p in found})  # heterofold_hub/cli.py is a link to cli.py: each file once
+    return sorted({p.resolve() for p in found})
 
 
 def test_no_code_path_sets_trust_remote_code_or_unpickles():

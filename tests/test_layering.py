@@ -1,8 +1,8 @@
 """Dependencies point one way: cli.py -> trainers/ -> heterofold_hub/, and inside the library each subpackage
 imports only the layers below it (docs/design.md, "Layers"). Every import counts, also one inside a function: a late
 import hides an edge from a reader but not from this test. The CLI and the trainers are installed inside the
-package, as ``heterofold_hub.cli`` and ``heterofold_hub.trainers`` (symlinks to the root's ``cli.py`` and
-``trainers/`` in a checkout: docs/packaging.md), yet the library, the rest of heterofold_hub, never imports them,
+package, as ``heterofold_hub.cli`` and ``heterofold_hub.trainers`` (the root's ``cli.py`` and ``trainers/``,
+served under those names in a checkout: docs/packaging.md), yet the library, the rest of heterofold_hub, never imports them,
 under either name."""
 
 import ast
@@ -44,8 +44,7 @@ def root_name(module: str) -> str:
 
 
 def library_modules() -> dict[str, object]:
-    """``{dotted name: path}`` for every module of heterofold_hub/, trainers/ and cli.py (each once: the package's
-    links to cli.py and trainers/ are skipped)."""
+    """``{dotted name: path}`` for every module of heterofold_hub/, trainers/ and cli.py (each once)."""
     package = [p for p in (ROOT / "heterofold_hub").rglob("*.py")
                if not is_app(".".join(p.relative_to(ROOT).with_suffix("").parts))]
     out = {}

@@ -1,68 +1,176 @@
-"""`pip install .` gives a working package: the wheel holds heterofold_hub alone (the CLI and the trainers inside
-it, no bare `cli` or `trainers`) with the shipped data, and installed into a fresh virtualenv, away from the
-checkout, `hf-fold list`, `from_pretrained` of the tiny pair and `hf-fold push` work without writing into
-site-packages. The wheel is built once per session from a copy of the working tree (~150 MB, ~15 s)."""
+"""Packaging, with real parts: ``scripts/build_dists.py`` builds the core wheel and the companion adapter wheels
+(once per session, ~20 s), each checked against the index's limits; a fresh virtualenv outside the checkout
+installs them from those local files (``pip --no-index --find-links``), and there the README's Python hand-off
+example answers on the real pair, ``hf-fold list`` / ``pull`` / ``push`` and the tiny pair work, a version no
+distribution carries fails naming how to get it, and nothing is written into site-packages. The checkout itself
+has no links and imports each module under one name. (The embedded hub's export: tests/test_export.py.)
+
+The virtualenvs get their heavy dependencies (torch, transformers, the GGUF packages) from this interpreter's
+site-packages, added as a plain path (a ``.pth`` line: that folder's own ``.pth`` files, the editable install's
+import hook among them, are not run), so ``heterofold_hub`` and the adapters can only come from the wheels. The
+real pair's GGUF files are converted once per machine: the venv's ``$HF_FOLD_HOME/models`` is this suite's
+``paths.models_dir()`` (content-addressed by the GGUF's sha256, shared with tests/test_real_pair.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from heterofold_hub import paths
+from heterofold_hub.hub.base import version_key
+
 from helpers import ROOT
 
 TINY_PAIR = ("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code")
 L2Q = "heterofold/tiny-llama-code-to-tiny-qwen-code"
-# Not needed to build a wheel, and large or machine-local: left out of the copy the wheel is built from.
-NOT_BUILT_FROM = {".git", ".venv", "build", "dist", "runs", "out", "site", "benchmarks", "docs", "tests",
-                  "checkpoints", "catalogue-preview"}
+S2G = "heterofold/smollm2-135m-to-gemma3-270m"
+MB = 1_000_000
+REGISTRY = json.loads((ROOT / "registry.json").read_text())
+EMBEDDED = {a["repo_id"]: a for a in REGISTRY["adapters"] if a["hub"] == "embedded"}
 
 
-def _ignore(folder: str, names: list[str]) -> set[str]:
-    here = Path(folder)
-    skipped = {n for n in names if n in ("__pycache__", ".pytest_cache", ".hypothesis") or n.endswith(".egg-info")}
-    if here == ROOT:
-        skipped |= NOT_BUILT_FROM & set(names)
-    if here == ROOT / "hub":
-        skipped |= {"snapshots", "locks"}  # a checkout's exported versions are not shipped, only repos/
-    return skipped
+def default_version(repo_id: str) -> str:
+    return max((v["version"] for v in EMBEDDED[repo_id]["versions"]), key=version_key)
 
 
+# -- the checkout --------------------------------------------------------------------------------------------------
+def test_the_checkout_tracks_no_links_and_keeps_the_root_layout():
+    staged = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line for line in staged.splitlines() if line.startswith("120000")] == []  # mode 120000: a symlink
+    assert all((ROOT / name).exists() for name in ("heterofold_hub", "trainers", "cards", "registry.json", "cli.py"))
+    assert not (ROOT / "heterofold_hub" / "shipped").exists() and not (ROOT / "heterofold_hub" / "cli.py").exists()
+
+
+def test_a_checkout_imports_the_root_cli_and_trainers_under_the_package_names_only():
+    """heterofold_hub.cli and heterofold_hub.trainers are the root's cli.py and trainers/ (one file, one module);
+    the bare names refuse to import, and the shipped data is the root's."""
+    import heterofold_hub.cli
+    import heterofold_hub.trainers.train
+    from heterofold_hub.hub.cards import template_path
+    from heterofold_hub.hub.registry import PROJECT_REGISTRY
+
+    assert Path(heterofold_hub.cli.__file__) == ROOT / "cli.py"
+    assert Path(heterofold_hub.trainers.train.__file__) == ROOT / "trainers" / "train.py"
+    assert not paths.shipped_is_installed()
+    assert (PROJECT_REGISTRY, template_path()) == (ROOT / "registry.json", ROOT / "cards" / "adapter_card.md.j2")
+    for bare in ("cli", "trainers", "trainers.train"):
+        run = subprocess.run([sys.executable, "-c", f"import {bare}"], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert run.returncode == 1 and "ImportError: Import heterofold_hub." in run.stderr, (bare, run.stderr[-500:])
+    run = subprocess.run([sys.executable, "cli.py", "list"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0 and S2G in run.stdout, run.stderr[-2000:]
+
+
+def test_every_embedded_repo_ships_in_exactly_one_distribution():
+    homes = [*paths.CORE_REPOS, *(repo for repos in paths.COMPANIONS.values() for repo in repos)]
+    assert sorted(homes) == sorted(EMBEDDED)  # each once, none forgotten
+    assert all(paths.distribution_of(repo) for repo in EMBEDDED)
+
+
+def test_the_project_urls_are_the_one_address_the_package_and_the_readme_use():
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls["Repository"] == paths.REPOSITORY_URL and paths.FILES_URL == f"{paths.REPOSITORY_URL}/blob/main/"
+    assert all(url.startswith(paths.REPOSITORY_URL) for url in urls.values())
+
+
+# -- the wheels ----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory) -> Path:
-    source, out = tmp_path_factory.mktemp("source") / "heterofold-hub", tmp_path_factory.mktemp("wheel")
-    shutil.copytree(ROOT, source, symlinks=True, ignore=_ignore)  # links stay links: the build follows them
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(out), str(source)], capture_output=True, text=True)
-    shutil.rmtree(source.parent)  # ~150 MB each: pytest keeps the last three sessions' temp folders
-    assert build.returncode == 0, build.stderr[-3000:]
-    [built] = out.glob("heterofold_hub-*.whl")
-    yield built
+def dists(tmp_path_factory) -> dict[str, Path]:
+    """Every distribution, built by the repository's script: {distribution name: wheel}."""
+    out = tmp_path_factory.mktemp("dist")
+    build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_dists.py"), "--out", str(out)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr[-3000:]
+    print(build.stdout)
+    wheels = {}
+    for wheel in out.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        wheels[re.search(r"^Name: (.+)$", metadata, flags=re.M).group(1)] = wheel
+    yield wheels
     shutil.rmtree(out)
 
 
-@pytest.fixture(scope="session")
-def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh virtualenv with the wheel installed (a real `pip install`, console script included). Its
-    dependencies come from this interpreter's site-packages, added as a plain path: that folder's .pth files (the
-    editable install's import hook) are not run, so heterofold_hub can only come from the wheel."""
-    venv = tmp_path_factory.mktemp("venv") / "env"
+def read_wheel(wheel: Path) -> tuple[dict[str, zipfile.ZipInfo], dict[str, str]]:
+    """The wheel's entries, and its dist-info files' text by name (METADATA, entry_points.txt, ...)."""
+    with zipfile.ZipFile(wheel) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+        meta = {n.split("/", 1)[1]: archive.read(n).decode() for n in infos if n.split("/")[0].endswith(".dist-info")
+                and n.count("/") == 1}
+    return infos, meta
+
+
+def test_the_core_wheel_is_small_and_holds_one_package_with_the_core_data(dists):
+    wheel = dists[paths.CORE_DISTRIBUTION]
+    assert wheel.stat().st_size <= 20 * MB, f"core wheel {wheel.stat().st_size / MB:.1f} MB"
+    infos, meta = read_wheel(wheel)
+    assert {name.split("/")[0] for name in infos} == {"heterofold_hub", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "hf-fold = heterofold_hub.cli:run" in meta["entry_points.txt"]
+    assert {"heterofold_hub/cli.py", "heterofold_hub/trainers/__init__.py", "heterofold_hub/trainers/train.py",
+            "heterofold_hub/shipped/registry.json", "heterofold_hub/shipped/cards/adapter_card.md.j2"} <= infos.keys()
+    assert [n for n, info in infos.items() if stat.S_ISLNK(info.external_attr >> 16)] == []
+    with zipfile.ZipFile(wheel) as archive:
+        assert json.loads(archive.read("heterofold_hub/shipped/registry.json")) == REGISTRY
+    shipped_repos = {"/".join(n.split("/")[4:6]) for n in infos if n.startswith("heterofold_hub/shipped/hub/repos/")}
+    assert shipped_repos == set(paths.CORE_REPOS)  # the tiny test pair; the real pair's are companions
+    for model in TINY_PAIR:
+        assert f"heterofold_hub/zoo/models/{model.split('/')[1]}/model.safetensors" in infos
+
+
+@pytest.mark.parametrize("distribution", sorted(paths.COMPANIONS))
+def test_a_companion_wheel_carries_its_repos_default_versions_only(dists, distribution):
+    wheel = dists[distribution]
+    assert wheel.stat().st_size < 100 * MB, f"{wheel.name} {wheel.stat().st_size / MB:.1f} MB"
+    infos, meta = read_wheel(wheel)
+    package = distribution.replace("-", "_")
+    version = re.search(r"^Version: (.+)$", meta["METADATA"], flags=re.M).group(1)
+    assert f"Requires-Dist: {paths.CORE_DISTRIBUTION}=={version}" in meta["METADATA"]
+    assert f"[{paths.ADAPTERS_GROUP}]\n{distribution.removeprefix('heterofold-hub-adapters-')} = {package}" \
+        in meta["entry_points.txt"]
+    expected = {f"{package}/{repo}/{default_version(repo)}/{name}"
+                for repo in paths.COMPANIONS[distribution]
+                for name in next(v for v in EMBEDDED[repo]["versions"] if v["version"] == default_version(repo))["files"]}
+    data = {n for n in infos if n.startswith(f"{package}/")}
+    assert data == expected | {f"{package}/__init__.py", f"{package}/{paths.COMPANION_MANIFEST}"}
+    with zipfile.ZipFile(wheel) as archive:
+        manifest = json.loads(archive.read(f"{package}/{paths.COMPANION_MANIFEST}"))
+    assert {repo: carried["version"] for repo, carried in manifest["repos"].items()} == {
+        repo: default_version(repo) for repo in paths.COMPANIONS[distribution]}
+
+
+# -- installed, outside the checkout -------------------------------------------------------------------------------
+def make_venv(where: Path, dist_dir: Path, names: list[str]) -> Path:
+    """A fresh virtualenv with ``names`` installed from ``dist_dir`` only (a real `pip install`, console script
+    included), its dependencies from this interpreter's site-packages (see the module docstring)."""
+    venv = where / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip must see an empty environment
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                              "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, env=env)
+                              "--no-deps", "--no-index", "--find-links", str(dist_dir), "-q", *names],
+                             capture_output=True, text=True, env=env)
     assert install.returncode == 0, install.stderr[-3000:]
     # after the install: pip would take the editable heterofold-hub in these folders for an installed one
     deps = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     (site_packages(venv) / "project-deps.pth").write_text("".join(f"{p}\n" for p in deps))
+    return venv
+
+
+@pytest.fixture(scope="session")
+def installed(dists, tmp_path_factory) -> Path:
+    """The core wheel and every companion, installed by name from the built wheels."""
+    venv = make_venv(tmp_path_factory.mktemp("venv"), next(iter(dists.values())).parent, sorted(dists))
     yield venv
     shutil.rmtree(venv)
 
@@ -72,57 +180,28 @@ def site_packages(venv: Path) -> Path:
     return purelib
 
 
-def run_in(venv: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    """``args`` run from outside the checkout, with $HF_FOLD_HOME in ``tmp_path`` and no PYTHONPATH that could
-    bring the checkout's heterofold_hub back."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_FOLD_REGISTRY")}
-    env.update(HF_FOLD_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", COLUMNS="250")
+def run_in(venv: Path, tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``args`` run from ``tmp_path`` (outside the checkout), with $HF_FOLD_HOME in ``tmp_path`` (its ``models/`` the
+    suite's converted GGUF models) and no PYTHONPATH that could bring the checkout's heterofold_hub back."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_FOLD_REGISTRY", paths.HOME_ENV)}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    paths.models_dir().mkdir(parents=True, exist_ok=True)
+    if not (home / "models").exists():
+        (home / "models").symlink_to(paths.models_dir(), target_is_directory=True)
+    env.update(HF_FOLD_HOME=str(home), HF_HUB_OFFLINE="1", COLUMNS="250")
     command = [str(venv / "bin" / args[0]), *args[1:]]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)
 
 
 def installed_files(venv: Path) -> dict[str, tuple[int, int]]:
-    """Every file under the installed heterofold_hub but bytecode: size and mtime, to show nothing was written."""
-    package = site_packages(venv) / "heterofold_hub"
-    return {str(p.relative_to(package)): (p.stat().st_size, p.stat().st_mtime_ns) for p in package.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
-
-
-def test_a_checkout_reaches_the_namespaced_names_through_links_to_the_root_files():
-    """What the wheel copies, a checkout links: heterofold_hub.cli and heterofold_hub.trainers are the root's cli.py
-    and trainers/, and the shipped data resolves to the root's registry.json, hub/ and cards/ (read and written
-    there, as before)."""
-    from heterofold_hub import paths
-    from heterofold_hub.hub.cards import template_path
-    from heterofold_hub.hub.registry import PROJECT_REGISTRY
-
-    for link, target in {"cli.py": "cli.py", "trainers": "trainers", "shipped/registry.json": "registry.json",
-                         "shipped/hub": "hub", "shipped/cards": "cards"}.items():
-        path = ROOT / "heterofold_hub" / link
-        assert path.is_symlink() and path.resolve() == ROOT / target
-    assert not paths.shipped_is_installed()
-    assert (PROJECT_REGISTRY, template_path()) == (ROOT / "registry.json", ROOT / "cards" / "adapter_card.md.j2")
-
-
-def test_the_wheel_holds_one_namespaced_package_with_the_shipped_data(wheel):
-    with zipfile.ZipFile(wheel) as archive:
-        infos = {info.filename: info for info in archive.infolist()}
-        entry_points = archive.read(next(n for n in infos if n.endswith(".dist-info/entry_points.txt"))).decode()
-        shipped_registry = json.loads(archive.read("heterofold_hub/shipped/registry.json"))
-    assert {name.split("/")[0] for name in infos} == {"heterofold_hub", wheel.name.split("-py3")[0] + ".dist-info"}
-    assert "hf-fold = heterofold_hub.cli:run" in entry_points
-    assert {"heterofold_hub/cli.py", "heterofold_hub/trainers/__init__.py", "heterofold_hub/trainers/train.py",
-            "heterofold_hub/shipped/cards/adapter_card.md.j2"} <= infos.keys()
-    links = [n for n, info in infos.items() if stat.S_ISLNK(info.external_attr >> 16)]
-    assert links == []  # the checkout's symlinks became the files they point to
-    assert shipped_registry == json.loads((ROOT / "registry.json").read_text())
-    embedded = [a["repo_id"] for a in shipped_registry["adapters"] if a["hub"] == "embedded"]
-    assert L2Q in embedded
-    assert all(f"heterofold_hub/shipped/hub/repos/{repo}/HEAD" in infos for repo in embedded)
-    assert not [n for n in infos if n.startswith("heterofold_hub/shipped/hub/") and "/repos/" not in n]  # no snapshots
-    for model in TINY_PAIR:
-        assert f"heterofold_hub/zoo/models/{model.split('/')[1]}/model.safetensors" in infos
-    print(f"wheel {wheel.stat().st_size / 1e6:.0f} MB, {len(infos)} files")
+    """Every installed file of ours but bytecode: size and mtime, to show nothing was written."""
+    found = {}
+    for package in site_packages(venv).glob("heterofold_hub*"):
+        if package.is_dir() and not package.name.endswith(".dist-info"):
+            found |= {str(p.relative_to(site_packages(venv))): (p.stat().st_size, p.stat().st_mtime_ns)
+                      for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    return found
 
 
 def test_installed_list_shows_the_shipped_adapters_from_the_wheel(installed, tmp_path):
@@ -133,9 +212,55 @@ def test_installed_list_shows_the_shipped_adapters_from_the_wheel(installed, tmp
     assert where.stdout.split("\n")[:2] == [str(site_packages(installed) / "heterofold_hub" / "__init__.py"), "[]"]
     listed = run_in(installed, tmp_path, "hf-fold", "list")
     assert listed.returncode == 0, listed.stderr[-2000:]
-    registry = json.loads((site_packages(installed) / "heterofold_hub/shipped/registry.json").read_text())
     assert sorted(line.split("\t")[0] for line in listed.stdout.splitlines()) == sorted(
-        a["repo_id"] for a in registry["adapters"])
+        a["repo_id"] for a in REGISTRY["adapters"])
+
+
+def readme_example() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("<!-- handoff-example -->\n```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_installed_wheels_run_the_readme_hand_off_example_on_the_real_pair(installed, tmp_path):
+    """The README's Python example, as written, from a folder outside the checkout: the SmolLM2 -> Gemma 3 adapter
+    comes from its companion distribution, read in place (its files checked against the installed registry)."""
+    before = installed_files(installed)
+    (tmp_path / "example.py").write_text(readme_example() + "import heterofold_hub\nprint('RESOLVED', "
+                                         "heterofold_hub.__file__, model.resolved.repo_id, model.resolved.version, "
+                                         "model.resolved.folder)\n")
+    run = run_in(installed, tmp_path, "python", "example.py", timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    printed, where = run.stdout.rsplit("RESOLVED ", 1)
+    assert printed.strip().splitlines()[-1].strip() == "73914", printed  # what the example prints last
+    module, repo_id, version, folder = where.split()
+    assert Path(module).is_relative_to(site_packages(installed))
+    assert (repo_id, version) == (S2G, default_version(S2G))
+    assert Path(folder) == site_packages(installed) / "heterofold_hub_adapters_smollm2_to_gemma3" / S2G / version
+    assert installed_files(installed) == before
+
+
+def test_installed_pull_of_a_version_no_distribution_carries_names_where_it_is(installed, tmp_path):
+    newest = default_version(S2G)
+    pulled = run_in(installed, tmp_path, "hf-fold", "pull", S2G, "--out", str(tmp_path / "newest"))
+    assert pulled.returncode == 0, pulled.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "newest").iterdir()) == sorted(
+        next(v for v in EMBEDDED[S2G]["versions"] if v["version"] == newest)["files"])
+    older = run_in(installed, tmp_path, "hf-fold", "pull", f"{S2G}@v1.0.0")
+    message = " ".join(older.stderr.split())
+    assert older.returncode == 1 and "Traceback" not in older.stderr, older.stderr[-2000:]
+    assert f"{S2G} v1.0.0 is not installed" in message and f"carry only {newest}" in message
+    assert f"git clone {paths.REPOSITORY_URL}" in message and "HF_FOLD_REGISTRY=" in message
+
+
+def test_without_its_companion_a_real_pair_adapter_names_the_distribution_to_install(dists, tmp_path):
+    venv = make_venv(tmp_path, dists[paths.CORE_DISTRIBUTION].parent, [paths.CORE_DISTRIBUTION])
+    pulled = run_in(venv, tmp_path, "hf-fold", "pull", S2G)
+    message = " ".join(pulled.stderr.split())
+    assert pulled.returncode == 1 and "Traceback" not in pulled.stderr, pulled.stderr[-2000:]
+    assert "its files ship in the companion distribution heterofold-hub-adapters-smollm2-to-gemma3" in message
+    assert "pip install heterofold-hub-adapters-smollm2-to-gemma3" in message
+    tiny = run_in(venv, tmp_path, "hf-fold", "pull", f"{L2Q}@v1.0.0")  # the core wheel's own repos: every version
+    assert tiny.returncode == 0, tiny.stderr[-2000:]
 
 
 FROM_PRETRAINED = f"""

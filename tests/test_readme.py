@@ -167,7 +167,8 @@ def test_the_expectations_cite_only_committed_files():
     """Each source a "what to expect" table links is a committed file."""
     readme = (ROOT / "README.md").read_text()
     for name in ("expect-s2g", "expect-g2s"):
-        links = re.findall(r"\]\((benchmarks/results/[^)]+)\)", gen_tables.generated_block(readme, name))
+        links = re.findall(rf"\]\({re.escape(gen_tables.FILES_URL)}(benchmarks/results/[^)]+)\)",
+                           gen_tables.generated_block(readme, name))
         assert links and all((ROOT / link).is_file() for link in links), links
 
 
@@ -176,6 +177,28 @@ def _prose(markdown: str) -> str:
     markdown = re.sub(r"<!-- gen:([a-z0-9-]+) -->.*?<!-- /gen:\1 -->", "", markdown, flags=re.S)
     markdown = re.sub(r"```.*?```", "", markdown, flags=re.S)
     return re.sub(r"`[^`]*`", "", markdown)
+
+
+def _slug(heading: str) -> str:
+    """A Markdown heading's anchor as GitHub and MkDocs' toc make it (lowercase, punctuation dropped, spaces to -)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_readme_link_is_absolute_and_resolves_in_the_checkout():
+    """A package index shows the README away from the repository, so every link is absolute. Each one into the
+    repository (gen_tables.FILES_URL, the project's future home: pyproject.toml's [project.urls] Repository) is mapped
+    back to the checkout: the file or folder exists, and an anchor names a heading of that page."""
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert len(links) > 40 and not [link for link in links if not link.startswith("https://")], links
+    into_repo = [link.removeprefix(gen_tables.FILES_URL) for link in links if link.startswith(gen_tables.FILES_URL)]
+    assert len(into_repo) == len(links) - 1  # and the Gemma Terms of Use
+    for link in into_repo:
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README links {gen_tables.FILES_URL}{link}, but the checkout has no {path}"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), flags=re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{path} has no heading for #{anchor}"
 
 
 def test_the_readme_is_a_short_product_page():

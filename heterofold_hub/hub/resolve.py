@@ -16,6 +16,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
 from heterofold_hub.hub import AdapterHub, HubError, LocalHub, get_hub
 from heterofold_hub.hub.base import unknown_repo_hint
+from heterofold_hub.hub.installed import InstalledHub
 from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.methods.affine import affine_methods
@@ -52,12 +53,13 @@ def pair_end(side: Side) -> PairEnd:
 
 def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | None = None) -> AdapterHub:
     """The hub a registry entry lives in: "embedded" is the ``hub/`` folder beside the registry file. The one
-    installed with the wheel is only read: its snapshots are exported under ``$HF_FOLD_HOME``."""
+    installed with the wheel is only read, together with the companion distributions' adapters (InstalledHub)."""
     if entry_hub == "embedded":
         if registry.path is None:
             raise HeteroFoldError("This registry has no file path, so its embedded hub cannot be located.")
-        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR,
-                        snapshots=embedded_snapshots_dir() if is_installed_copy(registry.path) else None)
+        if is_installed_copy(registry.path):
+            return InstalledHub(registry.path.parent / EMBEDDED_HUB_DIR, snapshots=embedded_snapshots_dir())
+        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR)
     return get_hub(entry_hub, hub_dir=hub_dir, token=token)
 
 
