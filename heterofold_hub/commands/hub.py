@@ -15,7 +15,7 @@ from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, op
 
 def split_ref(ref: str) -> tuple[str, str | None]:
     """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
-    from heterofold_hub.hub.publishing import normalize_version
+    from heterofold_hub.hub.base import normalize_version
 
     repo_id, _, version = ref.partition("@")
     return repo_id, normalize_version(version) if version else None
@@ -63,7 +63,7 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
              local_files_only: bool, console: Console) -> Path:
     """Fetch (and copy to ``out``) a registered version; prints ``REPO VERSION: FOLDER`` on ``console`` (data)."""
-    from heterofold_hub.hub.resolve import fetch
+    from heterofold_hub.hub.fetching import fetch
 
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
@@ -184,7 +184,7 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
         from rich.markdown import Markdown
 
-        from heterofold_hub.hub.resolve import fetch
+        from heterofold_hub.hub.fetching import fetch
 
         folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
         console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
@@ -192,24 +192,26 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
 
 
 def _reads_prompt(select: str) -> bool:
-    """Whether a recommended ``select`` reads the receiver's prompt (loads torch: call sparingly)."""
-    from heterofold_hub.transfer.selection import needs_query
+    """Whether a recommended ``select`` reads the receiver's prompt."""
+    from heterofold_hub.transfer.settings_rules import PROMPT_SELECTS
 
-    return needs_query(select)
+    return select in PROMPT_SELECTS
 
 
 def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_path: Path | None, console: Console,
                   as_json: bool = False) -> dict:
     """What resolves for a pair, by model id: its direct adapters, and with ``pivot`` ("auto" or an id) the
     registered paths through a pivot, best estimate first (the product of the legs' recorded recovered)."""
-    from heterofold_hub.methods.affine import affine_methods
     from heterofold_hub.hub.registry import PairEnd
 
     registry = open_registry(registry_path, must_exist=True)
     direct = [e for e in registry.entries() if (e.sender.id, e.receiver.id) == (sender, receiver)]
-    affine = affine_methods()
-    paths = [] if pivot is None else registry.paths(PairEnd(sender), PairEnd(receiver),
-                                                    pivot=None if pivot == "auto" else pivot, methods=affine)
+    paths = []
+    if pivot is not None:  # which methods compose is known to their classes, so only a pivot loads the model stack
+        from heterofold_hub.methods.affine import affine_methods
+
+        paths = registry.paths(PairEnd(sender), PairEnd(receiver), pivot=None if pivot == "auto" else pivot,
+                               methods=affine_methods())
     from heterofold_hub.hub.registry import recovered_on
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 

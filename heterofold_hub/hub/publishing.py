@@ -23,20 +23,16 @@ from pathlib import Path
 
 from heterofold_hub.hub.cards import card_summary, render_card
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
+from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id
+from heterofold_hub.hub.base import normalize_version
 from heterofold_hub.io import locked
 from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, open_registry
-from heterofold_hub.hub.resolve import EMBEDDED_HUB_DIR, sha256_file
+from heterofold_hub.hub.fetching import EMBEDDED_HUB_DIR, sha256_file
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME
 
 FAULT_ENV = "HF_FOLD_FAULT"  # see the module docstring
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots
-
-
-def normalize_version(version: str) -> str:
-    """``1.0.0`` and ``v1.0.0`` both mean ``v1.0.0`` (the tag name)."""
-    return validate_version(version if str(version).startswith("v") else f"v{version}")
 
 
 def hub_name(hub: AdapterHub, registry: Registry) -> str:
