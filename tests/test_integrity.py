@@ -258,6 +258,19 @@ def published(tmp_path):
     return registry, hub
 
 
+def test_a_push_records_the_split_its_card_states(tmp_path):
+    """A package whose metrics.json predates its "data" field: the registry records the held-out split the card
+    names (its training arguments'), so list and show say what the card says."""
+    package = publishable(tmp_path / "pkg")
+    edit_config(package, lambda config: config.update(training_args={"heldout": "bundled:heldout"}))
+    registry = tmp_path / "registry.json"
+    push_package(package, repo_id=REPO, version="1.0.0", hub=LocalHub(tmp_path / "hub"), registry=registry)
+    (version,) = Registry.load(registry).entries()[0].versions
+    assert (version.metrics["data"], version.metrics["windows"]) == ("bundled:heldout", 96)
+    card = (LocalHub(tmp_path / "hub").download(REPO, version="v1.0.0") / "README.md").read_text()
+    assert "Held-out evaluation on `bundled:heldout`: 96 windows" in card
+
+
 def _fetch(registry_path: Path, hub: LocalHub):
     registry = Registry.load(registry_path)
     (entry,) = registry.entries()

@@ -29,6 +29,7 @@ METRIC_FIELDS = {"recovered": float, "kl": float, "top1": float, "nll": float, "
 # recovered on this split (third-party code and prose that no shipped adapter was fitted on) unless told another.
 REFERENCE_SPLIT = "bundled:unseen"
 FIDELITY_FIGURES = ("recovered", "kl", "top1", "nll", "benefit")
+UNRECORDED_SPLIT = "a split the registry does not record"
 MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 _FINGERPRINT_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -119,15 +120,21 @@ class VersionEntry:
         for e in reversed(self.evaluations):
             if e.task == "fidelity" and e.data == data and "recovered" in e.results:
                 return Fidelity(data, e.results, e.windows, e.context_tokens, f"evaluation of {e.date[:10]}")
-        if self.metrics.get("data") == data:
-            figures = {k: v for k, v in self.metrics.items() if k in FIDELITY_FIGURES}
-            return Fidelity(data, figures, self.metrics.get("windows"), self.metrics.get("context_tokens"), "published")
-        return None
+        published = self.published()
+        return published if published.data == data else None
+
+    def published(self) -> "Fidelity":
+        """The figures published with this version and the text they were measured on: the one record of it that
+        ``hf-fold list``, ``show`` and the model card agree on (``data`` is None for a version whose registry entry
+        does not record it)."""
+        figures = {k: v for k, v in self.metrics.items() if k in FIDELITY_FIGURES}
+        return Fidelity(self.metrics.get("data"), figures, self.metrics.get("windows"),
+                        self.metrics.get("context_tokens"), "published")
 
     def measured_on(self) -> str:
         """Where the published metrics were measured, in words (versions published before metrics recorded it say
         so)."""
-        return self.metrics.get("data", "a split the registry does not record")
+        return self.metrics.get("data", UNRECORDED_SPLIT)
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ class Fidelity:
     """Fidelity figures of one version on one text: ``figures`` holds recovered (and kl, top1, nll, benefit when
     measured); ``source`` says whether they were published with the version or evaluated later."""
 
-    data: str
+    data: str | None
     figures: dict
     windows: int | None
     context_tokens: int | None
@@ -147,7 +154,7 @@ class Fidelity:
 
     def describe(self) -> str:
         size = f", {self.windows} x {self.context_tokens} tokens" if self.windows and self.context_tokens else ""
-        return f"{self.data}{size}, {self.source}"
+        return f"{self.data or UNRECORDED_SPLIT}{size}, {self.source}"
 
 
 @dataclass
