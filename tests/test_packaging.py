@@ -134,7 +134,7 @@ def test_installed_list_shows_the_shipped_adapters_from_the_wheel(installed, tmp
     listed = run_in(installed, tmp_path, "hf-fold", "list")
     assert listed.returncode == 0, listed.stderr[-2000:]
     registry = json.loads((site_packages(installed) / "heterofold_hub/shipped/registry.json").read_text())
-    assert sorted(line.split("\t")[0] for line in listed.stdout.splitlines()) == sorted(
+    assert sorted(line.split("\t")[0] for line in listed.stdout.splitlines()[1:]) == sorted(
         a["repo_id"] for a in registry["adapters"])
 
 
