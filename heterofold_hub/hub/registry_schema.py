@@ -266,7 +266,8 @@ class EntryParser:
             receiver=self.end(raw["receiver"], _join(where, "receiver")),
             summary=self.value(raw["summary"], _join(where, "summary"), str))
         for j, v in enumerate(self.value(raw["versions"], _join(where, "versions"), list)):
-            version = self.version(v, _join(where, f"versions[{j}]"))
+            version = self.version(v, _join(where, f"versions[{j}]"), repo_id=entry.repo_id,
+                                   receiver_layers=entry.receiver.spec["num_layers"])
             if any(old.version == version.version for old in entry.versions):
                 self.fail(_join(where, f"versions[{j}].version"), f"{version.version} twice",
                           "each version once (published versions are immutable)", "duplicate-version")
@@ -289,7 +290,10 @@ class EntryParser:
                                               "'sha256:' followed by 64 lowercase hex digits"),
                        spec=dict(spec))
 
-    def evaluation(self, raw, where: str) -> Evaluation:
+    def evaluation(self, raw, where: str, *, owner: str = "", receiver_layers: int | None = None) -> Evaluation:
+        """One evaluation of ``owner`` (``repo_id version``, for messages); its recommended setting must be one the
+        transfer accepts (:mod:`heterofold_hub.transfer.settings_rules`), ``repair_layers`` within the receiver's
+        ``receiver_layers``."""
         self.keys(raw, where, ("task", "data", "date", "commit", "command", "results"),
                   ("recommended", "windows", "context_tokens"))
         for name in ("task", "data", "date", "command"):
@@ -304,6 +308,7 @@ class EntryParser:
             self.keys(recommended, _join(where, "recommended"), tuple(RECOMMENDED_FIELDS))
             for name, kind in RECOMMENDED_FIELDS.items():
                 self.value(recommended[name], f"{where}.recommended.{name}", kind)
+            self.recommended(recommended, _join(where, "recommended"), owner, receiver_layers)
         return Evaluation(task=raw["task"], data=raw["data"], date=raw["date"],
                           commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                               "a 40-hex-digit git commit"),
@@ -311,7 +316,19 @@ class EntryParser:
                           recommended=None if recommended is None else dict(recommended),
                           windows=raw.get("windows"), context_tokens=raw.get("context_tokens"))
 
-    def version(self, raw, where: str) -> VersionEntry:
+    def recommended(self, recommended: dict, where: str, owner: str, receiver_layers: int | None) -> None:
+        """Refuse a recommended setting the transfer would refuse: users get it by default, and an error inside
+        transfer() would blame their own arguments."""
+        from heterofold_hub.transfer.settings_rules import check_recommended  # torch-free
+
+        problems = check_recommended(recommended, num_layers=receiver_layers)
+        if problems:
+            raise RegistryError(
+                f"{self.source}: {owner + ': ' if owner else ''}{where}: found {'; '.join(problems)}. This is the "
+                "setting the version recommends, which every transfer with it uses by default: correct it, or remove "
+                "the recommended block.", "recommended")
+
+    def version(self, raw, where: str, *, repo_id: str = "", receiver_layers: int | None = None) -> VersionEntry:
         self.keys(raw, where, ("version", "commit", "files", "metrics"), ("evaluations",))
         files = self.value(raw["files"], _join(where, "files"), dict)
         for name, digest in files.items():
@@ -327,7 +344,9 @@ class EntryParser:
                             commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                                 "a 40-hex-digit git commit"),
                             files=dict(files), metrics=dict(metrics),
-                            evaluations=[self.evaluation(e, _join(where, f"evaluations[{k}]"))
+                            evaluations=[self.evaluation(e, _join(where, f"evaluations[{k}]"),
+                                                         owner=f"{repo_id} {raw['version']}".strip(),
+                                                         receiver_layers=receiver_layers)
                                          for k, e in enumerate(self.value(raw.get("evaluations", []),
                                                                           _join(where, "evaluations"), list))])
 
