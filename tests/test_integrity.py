@@ -7,6 +7,8 @@ import ast
 import json
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -298,6 +300,32 @@ def test_a_deleted_snapshot_file_is_named_and_the_fix_works(published):
         p.unlink()
     snapshot.rmdir()
     assert load_adapter(_fetch(registry_path, hub)).config.receiver == "tester/recv"
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_corrupt_downloaded_file_names_a_fix_that_works(kind, tmp_path, request):
+    """Doing what the message says (delete the path it names) gives a good download, not a second error: a local
+    hub's snapshot folder, or the blob a Hugging Face cache links the file to."""
+    cache = tmp_path / "cache"
+    hub = LocalHub(tmp_path / "hub") if kind == "local" else RemoteHub(
+        request.getfixturevalue("loopback_hub").url, token="test-token", cache_dir=cache)
+    registry_path = tmp_path / "registry.json"
+    push_package(publishable(tmp_path / "pkg"), repo_id=REPO, version="1.0.0", hub=hub, registry=registry_path)
+
+    def fetched() -> Path:
+        registry = Registry.load(registry_path)
+        (entry,) = registry.entries()
+        return fetch(registry, entry, entry.versions[-1], hub_dir=hub.root if kind == "local" else cache,
+                     token="test-token")
+
+    weights = fetched() / WEIGHTS_NAME
+    weights.resolve().write_bytes(b"not the published weights")
+    with pytest.raises(IntegrityError) as err:
+        fetched()
+    named = re.search(r"\. Delete (\S+) ", str(err.value)).group(1)
+    target = weights if named == "it" else Path(named)
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    assert load_adapter(fetched()).config.receiver == "tester/recv"
 
 
 def test_a_registered_version_the_hub_does_not_have_names_both(published):

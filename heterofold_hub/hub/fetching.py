@@ -48,9 +48,13 @@ def verify_files(folder: Path, version: VersionEntry, repo_id: str) -> None:
                 f"(`hf-fold pull {repo_id}@VERSION`) or ask the publisher to fix the registry entry.")
         actual = sha256_file(path)
         if actual != expected:
+            # The fix must be one a download then repairs: a local hub reuses a snapshot folder that exists (a file
+            # deleted from it is then "missing"), and a Hugging Face cache links each file to a blob it reuses.
+            fix = (f"Delete {path.resolve()} (the cached file it links to) so it is downloaded again"
+                   if path.is_symlink() else f"Delete {folder} (the whole folder) so this version is downloaded again")
             raise IntegrityError(f"{repo_id} {version.version}: {path} has hash {actual[:19]}..., the registry "
-                                 f"recorded {expected[:19]}...: the file is corrupt or was altered. Delete it to "
-                                 "download it again; never load weights that fail this check.")
+                                 f"recorded {expected[:19]}...: the file is corrupt or was altered. {fix}; never "
+                                 "load weights that fail this check.")
 
 
 def fetch(registry: Registry, entry: AdapterEntry, version: VersionEntry, *, hub_dir=None, token: str | None = None,
