@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from heterofold_hub.commands import conventions
 from heterofold_hub.commands.tables import Column, clip, print_table
-from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
 
 
@@ -66,14 +66,13 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
     """Fetch (and copy to ``out``) a registered version; prints ``REPO VERSION: FOLDER`` on ``console`` (data)."""
     from heterofold_hub.hub.fetching import fetch
 
+    conventions.check_outputs(conventions.output_problem("--out", out, folder=True, empty=True))
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
     chosen = pick_versions(entry, version)[-1]  # the newest, or the pinned one
     folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     if out is not None:
-        if out.exists() and any(out.iterdir()):
-            raise UsageError(f"--out {out} is not empty; pull into a new or empty folder.")
         out.mkdir(parents=True, exist_ok=True)
         for name in chosen.files:
             shutil.copyfile(folder / name, out / name)  # copyfile follows the HF cache's symlinks
