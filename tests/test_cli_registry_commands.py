@@ -81,6 +81,11 @@ def test_list_at_100_columns_fits_and_keeps_every_id_whole():
     assert "not shown at 100 columns:" in out  # what was left out is said, not hidden
 
 
+def test_an_empty_list_on_a_terminal_is_a_header_and_no_rows():
+    out = on_terminal("list", "--method", "no-such-method")
+    assert out.startswith("0 adapter(s) in ") and "heterofold/" not in out
+
+
 def test_show_at_100_columns_fits_and_keeps_versions_and_file_names_whole():
     out = on_terminal("show", L2Q, "--no-card")
     assert max(len(line.rstrip()) for line in out.splitlines()) <= 100, out

@@ -71,8 +71,8 @@ def column_widths(columns: list[Column], rows: list[list[str]], width: int) -> l
     """Widths for ``columns`` within ``width``: each its narrowest (:func:`_min_width`), then the room left shared
     among the wrapping columns in proportion to what they would still take, none beyond its longest line."""
     least = [_min_width(c, [row[i] for row in rows]) for i, c in enumerate(columns)]
-    most = [max(least[i], *(len(line) for row in rows for line in row[i].splitlines() or [""]))
-            if c.wrap else least[i] for i, c in enumerate(columns)]
+    most = [max([least[i], *(len(line) for row in rows for line in row[i].splitlines())]) if c.wrap else least[i]
+            for i, c in enumerate(columns)]
     room = max(0, width - sum(least) - GAP * (len(columns) - 1))
     wants = [most[i] - least[i] for i in range(len(columns))]
     if room >= sum(wants):
