@@ -107,8 +107,11 @@ def gemma_derived(entry: dict) -> bool:
 
 
 def measured_on(v: Version) -> str:
-    """Where a version's recorded figures come from: its held-out split and the windows its metrics.json scored."""
-    split = (v.config.get("training_args") or {}).get("heldout")
+    """Where a version's recorded figures come from: its held-out split (as its card and the registry state it) and
+    the windows its metrics.json scored."""
+    from heterofold_hub.hub.cards import published_split
+
+    split = published_split(v.config, v.metrics)
     m = v.metrics
     where = f"`{split}`" if split else "a split its package does not record"
     return f"{where}, {m['windows']} windows of {m['context_tokens']} tokens"

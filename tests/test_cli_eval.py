@@ -27,6 +27,7 @@ def test_eval_writes_table_and_json(pair_dirs):
     assert result["methods"]["no-context"]["recovered"] == pytest.approx(0, abs=1e-6)
     assert "kv-ridge" in run.stdout and "recovered" in run.stdout  # the table is data: stdout
     assert f"wrote {out}" in run.stderr and "wrote" not in run.stdout
+    assert "Warning" not in run.stderr, run.stderr  # torch's requires_grad warning came from scoring with autograd on
 
 
 def test_eval_refuses_overlapping_calibration_and_heldout(pair_dirs):

@@ -7,6 +7,8 @@ import ast
 import json
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -258,6 +260,19 @@ def published(tmp_path):
     return registry, hub
 
 
+def test_a_push_records_the_split_its_card_states(tmp_path):
+    """A package whose metrics.json predates its "data" field: the registry records the held-out split the card
+    names (its training arguments'), so list and show say what the card says."""
+    package = publishable(tmp_path / "pkg")
+    edit_config(package, lambda config: config.update(training_args={"heldout": "bundled:heldout"}))
+    registry = tmp_path / "registry.json"
+    push_package(package, repo_id=REPO, version="1.0.0", hub=LocalHub(tmp_path / "hub"), registry=registry)
+    (version,) = Registry.load(registry).entries()[0].versions
+    assert (version.metrics["data"], version.metrics["windows"]) == ("bundled:heldout", 96)
+    card = (LocalHub(tmp_path / "hub").download(REPO, version="v1.0.0") / "README.md").read_text()
+    assert "Held-out evaluation on `bundled:heldout`: 96 windows" in card
+
+
 def _fetch(registry_path: Path, hub: LocalHub):
     registry = Registry.load(registry_path)
     (entry,) = registry.entries()
@@ -285,6 +300,32 @@ def test_a_deleted_snapshot_file_is_named_and_the_fix_works(published):
         p.unlink()
     snapshot.rmdir()
     assert load_adapter(_fetch(registry_path, hub)).config.receiver == "tester/recv"
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_corrupt_downloaded_file_names_a_fix_that_works(kind, tmp_path, request):
+    """Doing what the message says (delete the path it names) gives a good download, not a second error: a local
+    hub's snapshot folder, or the blob a Hugging Face cache links the file to."""
+    cache = tmp_path / "cache"
+    hub = LocalHub(tmp_path / "hub") if kind == "local" else RemoteHub(
+        request.getfixturevalue("loopback_hub").url, token="test-token", cache_dir=cache)
+    registry_path = tmp_path / "registry.json"
+    push_package(publishable(tmp_path / "pkg"), repo_id=REPO, version="1.0.0", hub=hub, registry=registry_path)
+
+    def fetched() -> Path:
+        registry = Registry.load(registry_path)
+        (entry,) = registry.entries()
+        return fetch(registry, entry, entry.versions[-1], hub_dir=hub.root if kind == "local" else cache,
+                     token="test-token")
+
+    weights = fetched() / WEIGHTS_NAME
+    weights.resolve().write_bytes(b"not the published weights")
+    with pytest.raises(IntegrityError) as err:
+        fetched()
+    named = re.search(r"\. Delete (\S+) ", str(err.value)).group(1)
+    target = weights if named == "it" else Path(named)
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    assert load_adapter(fetched()).config.receiver == "tester/recv"
 
 
 def test_a_registered_version_the_hub_does_not_have_names_both(published):

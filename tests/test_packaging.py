@@ -212,7 +212,7 @@ def test_installed_list_shows_the_shipped_adapters_from_the_wheel(installed, tmp
     assert where.stdout.split("\n")[:2] == [str(site_packages(installed) / "heterofold_hub" / "__init__.py"), "[]"]
     listed = run_in(installed, tmp_path, "hf-fold", "list")
     assert listed.returncode == 0, listed.stderr[-2000:]
-    assert sorted(line.split("\t")[0] for line in listed.stdout.splitlines()) == sorted(
+    assert sorted(line.split("\t")[0] for line in listed.stdout.splitlines()[1:]) == sorted(  # after the header
         a["repo_id"] for a in REGISTRY["adapters"])
 
 

@@ -132,6 +132,9 @@ class TrainArgs:
             problems.append(f"--data and --heldout are both {self.data!r}; held-out text must never be trained on")
         if not (self.devices == "auto" or self.devices.isdigit()):
             problems.append(f"--devices: {self.devices!r}; give a number or 'auto'")
+        from heterofold_hub.io import output_problem
+
+        problems += [p for p in (output_problem("--out", self.out, folder=True),) if p]
         config = self.out / "adapter_config.json"
         if config.is_file() and not self.resume:
             existing = json.loads(config.read_text())

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from heterofold_hub.commands import conventions
+from heterofold_hub.io import output_problem
 from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
 from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
@@ -61,6 +62,10 @@ class BenchArgs:
 
             if needs_query(settings.select) and settings.active and self.query is None:
                 problems.append(f"--select {settings.select} reads the receiver's prompt: give it with --query TEXT")
+            elif needs_query(settings.select) and settings.active and not self.query.strip():
+                problems.append(f"--query {self.query!r}: --select {settings.select} reads the receiver's prompt, and an "
+                                "empty one gives it nothing to match; give the question the receiver answers, e.g. "
+                                "--query 'What is the code of amber?'")
             if settings.select == "oracle":
                 problems.append("--select oracle needs the facts' character spans, which a bench text has none of; "
                                 "choose a strategy that reads the text or a --query")
@@ -77,6 +82,7 @@ class BenchArgs:
         if self.repeats < 1:
             problems.append(f"--repeats: {self.repeats} is too small (minimum 1)")
         problems += self.package_problems()
+        problems += [p for p in (output_problem("--json", self.json_path), output_problem("--plot", self.plot_path)) if p]
         if problems:
             raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
@@ -281,6 +287,9 @@ def plot_speedups(ax, result: dict) -> None:
 def run_bench_command(args: BenchArgs, console: Console, messages: Console = conventions.messages) -> list[dict]:
     """Time, print the tables on ``console`` (data) and warnings and what was written on ``messages``."""
     args.validate()
+    from heterofold_hub.commands.evaluate import check_repair_layers
+
+    check_repair_layers([receiver for _, receiver in args.directions()], args.repair_layers)
     from heterofold_hub.progress import progress_bar, status
 
     from heterofold_hub.evaluation.bench import run_bench

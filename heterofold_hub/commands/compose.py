@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from heterofold_hub.commands import conventions
+from heterofold_hub.io import output_problem
 from heterofold_hub.errors import HeteroFoldError, UsageError
 
 
@@ -37,7 +38,10 @@ class ComposeArgs:
         if len({self.sender, self.receiver, self.via}) < 3:
             problems.append(f"--sender {self.sender!r}, --receiver {self.receiver!r} and --pivot {self.via!r} must be three "
                             "different models")
-        if self.out.exists() and any(self.out.iterdir()):
+        problem = output_problem("--out", self.out, folder=True)
+        if problem:
+            problems.append(problem)
+        elif self.out.is_dir() and any(self.out.iterdir()):
             problems.append(f"--out: {self.out} already exists and is not empty; choose a new folder (a package, once "
                             "written, is not overwritten)")
         for flag, folder in (("--first", self.first), ("--second", self.second)):

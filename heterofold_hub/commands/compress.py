@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from heterofold_hub.commands import conventions
+from heterofold_hub.io import output_problem
 from heterofold_hub.errors import HeteroFoldError, UsageError
 
 
@@ -40,7 +41,10 @@ class CompressArgs:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
         if self.eval_windows < 0 or self.eval_windows == 1:
             problems.append(f"--eval-windows: {self.eval_windows}; give 0 (do not score) or at least 2")
-        if self.out.exists() and any(self.out.iterdir()):
+        problem = output_problem("--out", self.out, folder=True)
+        if problem:
+            problems.append(problem)
+        elif self.out.is_dir() and any(self.out.iterdir()):
             problems.append(f"--out: {self.out} already exists and is not empty; choose a new folder (a package, once "
                             "written, is not overwritten)")
         if trained_on_eval_text(self.calib_data, self.heldout):

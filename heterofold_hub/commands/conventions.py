@@ -4,6 +4,7 @@ codes, warnings and renamed flags. See docs/cli-conventions.md."""
 from __future__ import annotations
 
 from heterofold_hub.errors import UsageError
+from heterofold_hub.io import output_problem  # noqa: F401  (re-exported for the commands)
 from heterofold_hub.output import data, messages  # noqa: F401  (the commands' consoles, re-exported for them)
 
 EXIT_FAILURE = 1  # the command could not do its work (a missing adapter, a hub error, a corrupt file)
@@ -27,3 +28,10 @@ def renamed(new: str, new_value, old: str, old_value):
         raise UsageError(f"give {new} only ({old} is its old name)")
     deprecated(old, new)
     return old_value
+
+
+def check_outputs(*problems: str | None) -> None:
+    """Raise one usage error (exit 2) for the output paths that cannot be written; see :func:`output_problem`."""
+    found = [p for p in problems if p]
+    if found:
+        raise UsageError("Invalid arguments:\n  " + "\n  ".join(found))

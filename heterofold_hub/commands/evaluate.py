@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 
 from heterofold_hub.commands import conventions
+from heterofold_hub.io import output_problem
 from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
 from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo import DEMO_PAIR
@@ -65,6 +66,7 @@ class EvalArgs:
                                 "not have; choose content, digits, deviation, tail or chunk-start")
         except HeteroFoldError as bad:
             problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {bad}")
+        problems += [p for p in (output_problem("--json", self.json_path),) if p]
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
             if value < low:
@@ -96,6 +98,24 @@ def shared_problems(sender: str, receiver: str, methods: list[str], adapters: li
         problems.append(f"--pivot {pivot!r} picks the registered adapter or path to score; it does not apply with "
                         f"{'--adapter' if adapters else '--no-registered'}. Drop one of the two")
     return problems
+
+
+def check_repair_layers(receivers, repair_layers: int) -> None:
+    """``--repair-layers`` against each receiver's layer count, read from its config alone (no weights), so a count
+    beyond the receiver is a usage error before any fitting, not a failure at the end of the run."""
+    if repair_layers <= 0:
+        return
+    from heterofold_hub.base_models.arch import kv_spec
+    from heterofold_hub.base_models.loading import load_config
+
+    problems = []
+    for receiver in dict.fromkeys(receivers):
+        layers = kv_spec(load_config(receiver)).num_layers
+        if repair_layers > layers:
+            problems.append(f"--repair-layers: {repair_layers}, but the receiver {receiver} has {layers} layers; give "
+                            f"0 .. {layers} (its first layers recomputed for every position)")
+    if problems:
+        raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
 
 def load_packages(args: EvalArgs, sender, receiver, *, taken: set[str]) -> dict[str, tuple[str, object]]:
@@ -177,6 +197,7 @@ def scored_adapters(args, sender, receiver, calib_texts: list[str]) -> Scored:
 def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.messages) -> dict:
     """Score, print the table on ``console`` (data) and say what was written on ``messages``."""
     args.validate()
+    check_repair_layers([args.receiver], args.repair_layers)
     from heterofold_hub.evaluation.fidelity import evaluate, results_table
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.data.windows import make_windows

@@ -6,16 +6,17 @@ import shutil
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from heterofold_hub.commands import conventions
-from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.commands.tables import Column, clip, print_table
+from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
     """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
-    from heterofold_hub.hub.publishing import normalize_version
+    from heterofold_hub.hub.base import normalize_version
 
     repo_id, _, version = ref.partition("@")
     return repo_id, normalize_version(version) if version else None
@@ -63,16 +64,15 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,
              local_files_only: bool, console: Console) -> Path:
     """Fetch (and copy to ``out``) a registered version; prints ``REPO VERSION: FOLDER`` on ``console`` (data)."""
-    from heterofold_hub.hub.resolve import fetch
+    from heterofold_hub.hub.fetching import fetch
 
+    conventions.check_outputs(conventions.output_problem("--out", out, folder=True, empty=True))
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
     chosen = pick_versions(entry, version)[-1]  # the newest, or the pinned one
     folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     if out is not None:
-        if out.exists() and any(out.iterdir()):
-            raise UsageError(f"--out {out} is not empty; pull into a new or empty folder.")
         out.mkdir(parents=True, exist_ok=True)
         for name in chosen.files:
             shutil.copyfile(folder / name, out / name)  # copyfile follows the HF cache's symlinks
@@ -81,41 +81,33 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
     return folder
 
 
-def listed_row(e: AdapterEntry) -> tuple[str, ...]:
-    """repo, method, sender, receiver, latest, recovered, KL, hub, measured on: the latest version's figures on the
-    registry's reference split where it was measured there, else its published figures, and says which."""
+# list and search: the latest version's figures on the registry's reference split where it was measured there, else
+# its published figures, and which they are. Narrow terminals give up hub, sender and receiver first.
+LISTED = [Column("repo"), Column("method", 5), Column("sender", 7), Column("receiver", 6), Column("latest", 1),
+          Column("recovered", 2, justify="right"), Column("KL", 3, justify="right"), Column("hub", 8),
+          Column("measured on", 4, wrap=True)]
+
+
+def listed_row(e: AdapterEntry) -> list[str]:
+    """One row of :data:`LISTED` for ``e``."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
     latest = e.versions[-1]
-    measured = latest.fidelity(REFERENCE_SPLIT)
-    figures = measured.figures if measured is not None else latest.metrics
-    where = measured.describe() if measured is not None else f"published, on {latest.measured_on()}"
-    return (e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version, f"{figures['recovered']:.3f}",
-            f"{figures.get('kl', float('nan')):.4f}", e.hub, where)
-
-
-def entries_table(entries: list[AdapterEntry], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("repo", "method", "sender", "receiver", "latest", "recovered", "KL", "hub", "measured on"):
-        table.add_column(column, justify="right" if column in ("recovered", "KL") else "left", overflow="fold")
-    for e in entries:
-        table.add_row(*listed_row(e))
-    return table
+    measured = latest.fidelity(REFERENCE_SPLIT) or latest.published()
+    figures = measured.figures
+    return [e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version, f"{figures['recovered']:.3f}",
+            f"{figures.get('kl', float('nan')):.4f}", e.hub, measured.describe()]
 
 
 def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, as_json: bool) -> None:
-    """Entries as JSON (``--json``: the registry's own records), as a table on a terminal, or, piped, as one
-    tab-separated line each (repo, method, sender, receiver, latest, recovered, KL, hub, measured on) that never
-    wraps an id."""
+    """Entries as JSON (``--json``: the registry's own records), else as a table (:func:`print_table`: piped, a
+    header row and one tab-separated line each)."""
     import json
 
     if as_json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
-    elif console.is_terminal:
-        console.print(entries_table(entries, title))
     else:
-        for e in entries:
-            print("\t".join(listed_row(e)))
+        print_table(console, LISTED, [listed_row(e) for e in entries], title=title if console.is_terminal else "")
 
 
 def run_list(*, sender: str | None, receiver: str | None, family: str | None, method: str | None,
@@ -141,8 +133,35 @@ def run_search(text: str, *, registry_path: Path | None, console: Console, as_js
     return entries
 
 
+VERSIONS = [Column("version"), Column("commit", 6), Column("recovered", 1, justify="right"),
+            Column("KL", 2, justify="right"), Column("top-1", 4, justify="right"), Column("NLL", 5, justify="right"),
+            Column("measured on", 3, wrap=True), Column("files", 7, wrap=True)]
+EVALUATIONS = [Column("version"), Column("task", 1), Column("data", 2, wrap=True), Column("date", 5),
+               Column("results", 3, wrap=True), Column("recommended", 4, wrap=True)]
+
+
+def version_row(v: VersionEntry) -> list[str]:
+    published = v.published()  # what the card says too: one record of where the figures were measured
+    m = published.figures
+    return [v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
+            f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", published.describe(),
+            ", ".join(sorted(v.files))]
+
+
+def evaluation_row(version: str, e) -> list[str]:
+    results = ", ".join(f"{k} {v:.3g}" for k, v in e.results.items())
+    recommended = "none" if e.recommended is None else (
+        f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
+        + (" (reads the prompt)" if _reads_prompt(e.recommended["select"]) else "")
+        + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
+    data = e.data + (f", {e.windows} x {e.context_tokens} tokens" if e.windows and e.context_tokens else "")
+    return [version, e.task, data, e.date, results, recommended]
+
+
 def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, token: str | None, card: bool,
              console: Console, as_json: bool = False) -> AdapterEntry:
+    """One entry: its pair, versions and later evaluations as tables (:func:`print_table`), then its model card
+    (piped: the card's Markdown as written, and the whole tokenizer fingerprints)."""
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
@@ -152,64 +171,58 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
 
         print(json.dumps({**entry.to_dict(), "versions": [v.to_dict() for v in versions]}, indent=2))
         return entry
-    console.print(f"[bold]{entry.repo_id}[/] ({entry.method}, hub: {entry.hub})\n{entry.summary}")
+    piped = not console.is_terminal
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=piped)  # noqa: E731
+    say(f"{entry.repo_id} ({clip(entry.method)}, hub: {entry.hub})\n{clip(entry.summary)}")
     for role, end in (("sender", entry.sender), ("receiver", entry.receiver)):
-        console.print(f"{role}: {end.id} (revision {end.revision or 'not recorded'}, tokenizer {end.tokenizer[:23]}..., "
-                      f"{end.spec['model_type']}, {end.spec['num_layers']} layers x {end.spec['kv_heads']} kv heads x "
-                      f"{end.spec['head_dim']})")
-    table = Table(title="versions, as published")
-    for column in ("version", "commit", "recovered", "KL", "top-1", "NLL", "measured on", "files"):
-        table.add_column(column)
-    for v in versions:
-        m = v.metrics
-        where = v.measured_on() + (f", {m['windows']} x {m['context_tokens']} tokens" if "windows" in m else "")
-        table.add_row(v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
-                      f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", where,
-                      ", ".join(sorted(v.files)))
-    console.print(table)
+        tokenizer = end.tokenizer if piped else end.tokenizer[:23] + "..."
+        say(f"{role}: {end.id} (revision {clip(end.revision or 'not recorded')}, tokenizer {tokenizer}, "
+            f"{clip(end.spec['model_type'])}, {end.spec['num_layers']} layers x {end.spec['kv_heads']} kv heads x "
+            f"{end.spec['head_dim']})")
+    print_table(console, VERSIONS, [version_row(v) for v in versions], title="versions, as published")
     evaluations = [(v.version, e) for v in versions for e in v.evaluations]
     if evaluations:  # measured after publishing; the version's files and metrics above are as published
-        added = Table(title="evaluations added after publishing")
-        for column in ("version", "task", "data", "date", "results", "recommended"):
-            added.add_column(column)
-        for version, e in evaluations:
-            results = ", ".join(f"{k} {v:.3g}" for k, v in e.results.items())
-            recommended = "none" if e.recommended is None else (
-                f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
-                + (" (reads the prompt)" if _reads_prompt(e.recommended["select"]) else "")
-                + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
-            data = e.data + (f", {e.windows} x {e.context_tokens} tokens" if e.windows and e.context_tokens else "")
-            added.add_row(version, e.task, data, e.date, results, recommended)
-        console.print(added)
+        print_table(console, EVALUATIONS, [evaluation_row(version, e) for version, e in evaluations],
+                    title="evaluations added after publishing")
     if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
-        from rich.markdown import Markdown
-
-        from heterofold_hub.hub.resolve import fetch
+        from heterofold_hub.hub.fetching import fetch
 
         folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
-        console.print(Markdown((folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]))
+        text = (folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]
+        if piped:
+            say(text.rstrip("\n"))
+        else:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(text))
     return entry
 
 
 def _reads_prompt(select: str) -> bool:
-    """Whether a recommended ``select`` reads the receiver's prompt (loads torch: call sparingly)."""
+    """Whether a recommended ``select`` reads the receiver's prompt (torch-free)."""
     from heterofold_hub.transfer.selects import needs_query
 
     return needs_query(select)
+
+
+PATHS = [Column("pivot"), Column("sender -> pivot", 1, wrap=True), Column("pivot -> receiver", 1, wrap=True),
+         Column("estimate", 2, justify="right")]
 
 
 def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_path: Path | None, console: Console,
                   as_json: bool = False) -> dict:
     """What resolves for a pair, by model id: its direct adapters, and with ``pivot`` ("auto" or an id) the
     registered paths through a pivot, best estimate first (the product of the legs' recorded recovered)."""
-    from heterofold_hub.methods.affine import affine_methods
     from heterofold_hub.hub.registry import PairEnd
 
     registry = open_registry(registry_path, must_exist=True)
     direct = [e for e in registry.entries() if (e.sender.id, e.receiver.id) == (sender, receiver)]
-    affine = affine_methods()
-    paths = [] if pivot is None else registry.paths(PairEnd(sender), PairEnd(receiver),
-                                                    pivot=None if pivot == "auto" else pivot, methods=affine)
+    paths = []
+    if pivot is not None:  # which methods compose is known to their classes, so only a pivot loads the model stack
+        from heterofold_hub.methods.affine import affine_methods
+
+        paths = registry.paths(PairEnd(sender), PairEnd(receiver), pivot=None if pivot == "auto" else pivot,
+                               methods=affine_methods())
     from heterofold_hub.hub.registry import recovered_on
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
@@ -223,19 +236,15 @@ def run_show_pair(sender: str, receiver: str, *, pivot: str | None, registry_pat
 
         print(json.dumps(found, indent=2))
         return found
-    console.print(f"[bold]{sender} -> {receiver}[/]", highlight=False)
-    console.print("direct: " + (", ".join(found["direct"]) or "none registered"), highlight=False)
+    console.print(f"[bold]{escape(sender)} -> {escape(receiver)}[/]", highlight=False)
+    console.print("direct: " + (", ".join(found["direct"]) or "none registered"), markup=False, highlight=False)
     if pivot is not None:
-        table = Table(title=f"paths through {'any pivot' if pivot == 'auto' else pivot} (best first)",
-                      caption="least-squares (kv-ridge) first legs first, then by estimate: the product of the two legs' "
-                              f"recovered on {REFERENCE_SPLIT}, a ranking prior, not a measurement")
-        for column in ("pivot", "sender -> pivot", "pivot -> receiver", "estimate"):
-            table.add_column(column)
-        figure = lambda x: "not measured" if x is None else f"{x:.3f}"
-        for p in found["paths"]:
-            table.add_row(p["pivot"], *(f"{leg['repo_id']} {leg['version']} ({figure(leg['recovered'])})"
-                                        for leg in (p["first"], p["second"])), figure(p["estimate"]))
-        console.print(table)
+        figure = lambda x: "not measured" if x is None else f"{x:.3f}"  # noqa: E731
+        rows = [[p["pivot"], *(f"{leg['repo_id']} {leg['version']} ({figure(leg['recovered'])})"
+                               for leg in (p["first"], p["second"])), figure(p["estimate"])] for p in found["paths"]]
+        print_table(console, PATHS, rows, title=f"paths through {'any pivot' if pivot == 'auto' else pivot} (best first)",
+                    caption="least-squares (kv-ridge) first legs first, then by estimate: the product of the two legs' "
+                            f"recovered on {REFERENCE_SPLIT}, a ranking prior, not a measurement")
     taken = ("the direct adapter" if direct else f"the path via {paths[0].pivot}" if paths else None)
     if taken:
         console.print(f"from_pretrained resolves {taken}", highlight=False)

@@ -80,7 +80,7 @@ def list_command(
     registry: Optional[Path] = REGISTRY,
     as_json: bool = JSON_OUT,
 ):
-    """List the published pair adapters in registry.json (a table; piped, one tab-separated line each).
+    """List the published pair adapters in registry.json (a table; piped, a header row and one tab-separated line each).
 
     Examples:
 

@@ -70,6 +70,7 @@ class RetrievalArgs:
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
+        from heterofold_hub.io import output_problem
         from heterofold_hub.commands.evaluate import shared_problems
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot)
@@ -98,6 +99,7 @@ class RetrievalArgs:
                 problems.append(f"{flag}: {value} is too small (minimum {low})")
         if self.plot_path is not None and Path(self.plot_path).suffix.lower() != ".png":
             problems.append(f"--plot: {self.plot_path} must be a .png file")
+        problems += [p for p in (output_problem("--json", self.json_path), output_problem("--plot", self.plot_path)) if p]
         if problems:
             raise UsageError("Invalid arguments:\n  " + "\n  ".join(problems))
 
@@ -187,7 +189,9 @@ def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = con
     from heterofold_hub.io import write_json_atomic
     from heterofold_hub.base_models.loading import Side
     from heterofold_hub.evaluation.retrieval import evaluate_retrieval, filler_texts, known_facts, make_prompts
-    from heterofold_hub.commands.evaluate import disjoint_texts, scored_adapters
+    from heterofold_hub.commands.evaluate import check_repair_layers, disjoint_texts, scored_adapters
+
+    check_repair_layers([args.receiver], args.repair_layers)
     from heterofold_hub.evaluation.provenance import provenance
     from heterofold_hub.progress import status
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.errors import HeteroFoldError, UsageError
 from heterofold_hub.zoo.corpus import SPLITS, load_corpus
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".rs", ".go", ".java"}
@@ -30,20 +30,34 @@ def read_texts(source: str) -> list[str]:
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
         texts = [p.read_text(encoding="utf-8", errors="replace") for p in files]
     elif path.suffix == ".jsonl":
-        texts = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                texts.append(json.loads(line)["text"])
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise HeteroFoldError(f"{source}:{number} is not a JSON object with a 'text' field ({err}).") from err
+        texts = [_jsonl_text(source, number, line) for number, line in enumerate(path.read_bytes().splitlines(), 1)
+                 if line.strip()]
     else:
         texts = [path.read_text(encoding="utf-8", errors="replace")]
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise HeteroFoldError(f"Data path {source!r} holds no text. Point it at files with content.")
     return texts
+
+
+def _jsonl_text(source: str, number: int, line: bytes) -> str:
+    """The ``text`` string of line ``number`` of a JSONL file; a line that is not UTF-8 JSON with one is a usage error
+    naming the file, the line and the fix (a data set is not guessed at: JSON text is UTF-8 by definition)."""
+    where = f"{source}, line {number}"
+    shape = 'each line must be a JSON object with a "text" string, e.g. {"text": "def f(x): ..."}'
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{where}: byte 0x{line[err.start]:02x} at column {err.start + 1} is not UTF-8; re-save the "
+                         "file as UTF-8 (JSON text is UTF-8), or drop the line.") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{where}: not JSON ({err.msg} at column {err.colno}); {shape}.") from None
+    if not isinstance(record, dict) or "text" not in record:
+        found = f"an object with keys {', '.join(map(repr, record))}" if isinstance(record, dict) else type(record).__name__
+        raise UsageError(f"{where}: found {found}; {shape}.")
+    if not isinstance(record["text"], str):
+        raise UsageError(f"{where}: \"text\" is {type(record['text']).__name__} {str(record['text'])[:40]}; {shape}.")
+    return record["text"]
 
 
 SHINGLE_LINES = 6  # consecutive non-blank lines that make a passage

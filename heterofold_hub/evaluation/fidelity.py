@@ -70,6 +70,7 @@ def score_package(sender: Side, receiver: Side, name: str, adapter: PairAdapter,
     return result | {"sender": adapter.config.sender, "receiver": adapter.config.receiver}
 
 
+@torch.no_grad()  # scoring only: without it the maps' outputs carry autograd graphs into every measure
 def evaluate(
     sender: Side,
     receiver: Side,

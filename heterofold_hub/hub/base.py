@@ -81,6 +81,11 @@ def validate_version(version: str) -> str:
     return version
 
 
+def normalize_version(version: str) -> str:
+    """``1.0.0`` and ``v1.0.0`` both mean ``v1.0.0`` (the tag name)."""
+    return validate_version(version if str(version).startswith("v") else f"v{version}")
+
+
 def is_version(name: str) -> bool:
     return bool(_VERSION_RE.fullmatch(name))
 

@@ -72,6 +72,13 @@ def _environment(template_dir: Path) -> jinja2.Environment:
     return env
 
 
+def published_split(config: dict, metrics: dict) -> str | None:
+    """The text a package's held-out metrics were measured on: ``metrics.json``'s ``data``, else (packages trained
+    before it recorded that) the held-out split of its training arguments; None when neither says. The card states
+    it and a push records it in the registry, so ``hf-fold list`` and ``show`` say what the card says."""
+    return metrics.get("data") or (config.get("training_args") or {}).get("heldout")
+
+
 def base_model_terms(config: dict) -> list[dict]:
     """The terms of the pair's packaged base models (``heterofold_hub.base_models.gguf``): an adapter fitted on a model's
     weights is derived from it, so its card states them (Gemma 3: the Gemma Terms of Use)."""
@@ -126,7 +133,7 @@ def render_card(package_dir: str | os.PathLike, *, repo_id: str, version: str | 
         factored=config["extra"] if method == "low-rank" else None, preferred=method == PREFERRED_METHOD,
         pivot=config["extra"].get("pivot", {}).get("id"),
         method=method, own=rows[method], rows=[(name, rows[name]) for name in order], tags=tags, sides=sides,
-        dataset=train_args.get("heldout") or "held-out text", library_version=meta.get("library_version", "unknown"),
+        dataset=published_split(config, metrics) or "held-out text", library_version=meta.get("library_version", "unknown"),
         training_windows=meta.get("training_windows"), local_dir=repo_id.rsplit("/", 1)[-1],
         train_args=[(k, v) for k, v in train_args.items() if k not in HIDDEN_ARGS],
     )

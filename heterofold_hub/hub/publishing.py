@@ -21,22 +21,18 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from heterofold_hub.hub.cards import card_summary, render_card
+from heterofold_hub.hub.cards import card_summary, published_split, render_card
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id, validate_version
+from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id
+from heterofold_hub.hub.base import normalize_version
 from heterofold_hub.io import locked
 from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, open_registry
-from heterofold_hub.hub.resolve import EMBEDDED_HUB_DIR, sha256_file
+from heterofold_hub.hub.fetching import EMBEDDED_HUB_DIR, sha256_file
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME
 
 FAULT_ENV = "HF_FOLD_FAULT"  # see the module docstring
 PUBLISHED_FILES = (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME)  # plus README.md (the card) and any *.png plots
-
-
-def normalize_version(version: str) -> str:
-    """``1.0.0`` and ``v1.0.0`` both mean ``v1.0.0`` (the tag name)."""
-    return validate_version(version if str(version).startswith("v") else f"v{version}")
 
 
 def hub_name(hub: AdapterHub, registry: Registry) -> str:
@@ -62,7 +58,7 @@ def _stage(package: Path, staging: Path, *, repo_id: str, version: str, license:
     return card
 
 
-def _registry_metrics(metrics: dict, method: str) -> dict:
+def _registry_metrics(metrics: dict, method: str, config: dict) -> dict:
     row = metrics.get("methods", {}).get(method)
     if row is None:
         raise HeteroFoldError(f"{METRICS_NAME} has no row for the adapter's method {method!r}; re-run `hf-fold train`.")
@@ -72,8 +68,8 @@ def _registry_metrics(metrics: dict, method: str) -> dict:
     except KeyError as err:
         raise HeteroFoldError(f"{METRICS_NAME} lacks {err} (for method {method!r}); use the metrics.json that "
                               "`hf-fold train` wrote for this package.") from None
-    # what the figures were measured on (packages trained before metrics.json recorded it have no "data")
-    where = {"data": metrics.get("data"), "windows": metrics.get("windows")}
+    # what the figures were measured on: the split the card states (published_split), and how much of it
+    where = {"data": published_split(config, metrics), "windows": metrics.get("windows")}
     return {**measured, **{k: v for k, v in where.items() if v is not None}}
 
 
@@ -107,13 +103,15 @@ def push_package(
             card = _stage(package, staging, repo_id=repo_id, version=version, license=license)
             files = {p.name: sha256_file(p) for p in sorted(staging.iterdir())}
             metrics = json.loads((staging / METRICS_NAME).read_text())  # render_card has checked it parses
+            config_record = json.loads((staging / CONFIG_NAME).read_text())
             config = adapter.config
             record = dict(
                 repo_id=repo_id, hub=hub_name(hub, registry), method=config.method,
                 sender=PairEnd(config.sender, config.sender_revision, config.sender_tokenizer, config.sender_spec),
                 receiver=PairEnd(config.receiver, config.receiver_revision, config.receiver_tokenizer,
                                  config.receiver_spec),
-                version=version, files=files, metrics=_registry_metrics(metrics, config.method), summary=card_summary(card))
+                version=version, files=files, metrics=_registry_metrics(metrics, config.method, config_record),
+                summary=card_summary(card))
             try:  # the registry must take the entry: find out before publishing anything
                 copy.deepcopy(registry).add_version(commit="0" * 40, **record)
             except RegistryError as err:

@@ -194,7 +194,8 @@ class Registry:
             known = ", ".join(f"{e.repo_id}@{v.version}" for e in self.adapters for v in e.versions) or "none"
             raise RegistryError(f"{repo_id}@{version} is not registered (registered: {known}); publish it first.",
                                 "unknown-version")
-        parsed = EntryParser(f"add_evaluation({repo_id!r}, {version!r})").evaluation(evaluation, "evaluation")
+        parsed = EntryParser(f"add_evaluation({repo_id!r}, {version!r})").evaluation(
+            evaluation, "evaluation", receiver_layers=entry.receiver.spec["num_layers"])
         published.evaluations.append(parsed)
         return published
 

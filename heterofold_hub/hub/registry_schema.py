@@ -29,6 +29,7 @@ METRIC_FIELDS = {"recovered": float, "kl": float, "top1": float, "nll": float, "
 # recovered on this split (third-party code and prose that no shipped adapter was fitted on) unless told another.
 REFERENCE_SPLIT = "bundled:unseen"
 FIDELITY_FIGURES = ("recovered", "kl", "top1", "nll", "benefit")
+UNRECORDED_SPLIT = "a split the registry does not record"
 MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 _FINGERPRINT_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -119,15 +120,21 @@ class VersionEntry:
         for e in reversed(self.evaluations):
             if e.task == "fidelity" and e.data == data and "recovered" in e.results:
                 return Fidelity(data, e.results, e.windows, e.context_tokens, f"evaluation of {e.date[:10]}")
-        if self.metrics.get("data") == data:
-            figures = {k: v for k, v in self.metrics.items() if k in FIDELITY_FIGURES}
-            return Fidelity(data, figures, self.metrics.get("windows"), self.metrics.get("context_tokens"), "published")
-        return None
+        published = self.published()
+        return published if published.data == data else None
+
+    def published(self) -> "Fidelity":
+        """The figures published with this version and the text they were measured on: the one record of it that
+        ``hf-fold list``, ``show`` and the model card agree on (``data`` is None for a version whose registry entry
+        does not record it)."""
+        figures = {k: v for k, v in self.metrics.items() if k in FIDELITY_FIGURES}
+        return Fidelity(self.metrics.get("data"), figures, self.metrics.get("windows"),
+                        self.metrics.get("context_tokens"), "published")
 
     def measured_on(self) -> str:
         """Where the published metrics were measured, in words (versions published before metrics recorded it say
         so)."""
-        return self.metrics.get("data", "a split the registry does not record")
+        return self.metrics.get("data", UNRECORDED_SPLIT)
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ class Fidelity:
     """Fidelity figures of one version on one text: ``figures`` holds recovered (and kl, top1, nll, benefit when
     measured); ``source`` says whether they were published with the version or evaluated later."""
 
-    data: str
+    data: str | None
     figures: dict
     windows: int | None
     context_tokens: int | None
@@ -147,7 +154,7 @@ class Fidelity:
 
     def describe(self) -> str:
         size = f", {self.windows} x {self.context_tokens} tokens" if self.windows and self.context_tokens else ""
-        return f"{self.data}{size}, {self.source}"
+        return f"{self.data or UNRECORDED_SPLIT}{size}, {self.source}"
 
 
 @dataclass
@@ -259,7 +266,8 @@ class EntryParser:
             receiver=self.end(raw["receiver"], _join(where, "receiver")),
             summary=self.value(raw["summary"], _join(where, "summary"), str))
         for j, v in enumerate(self.value(raw["versions"], _join(where, "versions"), list)):
-            version = self.version(v, _join(where, f"versions[{j}]"))
+            version = self.version(v, _join(where, f"versions[{j}]"), repo_id=entry.repo_id,
+                                   receiver_layers=entry.receiver.spec["num_layers"])
             if any(old.version == version.version for old in entry.versions):
                 self.fail(_join(where, f"versions[{j}].version"), f"{version.version} twice",
                           "each version once (published versions are immutable)", "duplicate-version")
@@ -282,7 +290,10 @@ class EntryParser:
                                               "'sha256:' followed by 64 lowercase hex digits"),
                        spec=dict(spec))
 
-    def evaluation(self, raw, where: str) -> Evaluation:
+    def evaluation(self, raw, where: str, *, owner: str = "", receiver_layers: int | None = None) -> Evaluation:
+        """One evaluation of ``owner`` (``repo_id version``, for messages); its recommended setting must be one the
+        transfer accepts (a :class:`~heterofold_hub.transfer.config.TransferConfig`), ``repair_layers`` within the
+        receiver's ``receiver_layers``."""
         self.keys(raw, where, ("task", "data", "date", "commit", "command", "results"),
                   ("recommended", "windows", "context_tokens"))
         for name in ("task", "data", "date", "command"):
@@ -297,6 +308,7 @@ class EntryParser:
             self.keys(recommended, _join(where, "recommended"), tuple(RECOMMENDED_FIELDS))
             for name, kind in RECOMMENDED_FIELDS.items():
                 self.value(recommended[name], f"{where}.recommended.{name}", kind)
+            self.recommended(recommended, _join(where, "recommended"), owner, receiver_layers)
         return Evaluation(task=raw["task"], data=raw["data"], date=raw["date"],
                           commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                               "a 40-hex-digit git commit"),
@@ -304,7 +316,28 @@ class EntryParser:
                           recommended=None if recommended is None else dict(recommended),
                           windows=raw.get("windows"), context_tokens=raw.get("context_tokens"))
 
-    def version(self, raw, where: str) -> VersionEntry:
+    def recommended(self, recommended: dict, where: str, owner: str, receiver_layers: int | None) -> None:
+        """Refuse a recommended setting the transfer would refuse (it must load into a
+        :class:`~heterofold_hub.transfer.config.TransferConfig`, ``repair_layers`` within the receiver's layers):
+        users get it by default, and an error inside transfer() would blame their own arguments."""
+        from heterofold_hub.transfer.config import TransferConfig  # torch-free
+
+        problems = []
+        try:
+            TransferConfig.from_dict(recommended)
+        except HeteroFoldError as bad:
+            problems.append(str(bad).rstrip("."))
+        layers = recommended.get("repair_layers")
+        if receiver_layers is not None and isinstance(layers, int) and layers > receiver_layers:
+            problems.append(f"repair_layers={layers}: expected at most the receiver's {receiver_layers} layers "
+                            f"(0 .. {receiver_layers})")
+        if problems:
+            raise RegistryError(
+                f"{self.source}: {owner + ': ' if owner else ''}{where}: found {'; '.join(problems)}. This is the "
+                "setting the version recommends, which every transfer with it uses by default: correct it, or remove "
+                "the recommended block.", "recommended")
+
+    def version(self, raw, where: str, *, repo_id: str = "", receiver_layers: int | None = None) -> VersionEntry:
         self.keys(raw, where, ("version", "commit", "files", "metrics"), ("evaluations",))
         files = self.value(raw["files"], _join(where, "files"), dict)
         for name, digest in files.items():
@@ -320,7 +353,9 @@ class EntryParser:
                             commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,
                                                 "a 40-hex-digit git commit"),
                             files=dict(files), metrics=dict(metrics),
-                            evaluations=[self.evaluation(e, _join(where, f"evaluations[{k}]"))
+                            evaluations=[self.evaluation(e, _join(where, f"evaluations[{k}]"),
+                                                         owner=f"{repo_id} {raw['version']}".strip(),
+                                                         receiver_layers=receiver_layers)
                                          for k, e in enumerate(self.value(raw.get("evaluations", []),
                                                                           _join(where, "evaluations"), list))])
 

@@ -3,7 +3,6 @@ check of every file against the hashes the registry recorded, and the pair check
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,16 +13,13 @@ from heterofold_hub.adapter.save_and_load import check_pair
 from heterofold_hub.base_models.fingerprint import tokenizer_fingerprint
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError, IntegrityError
-from heterofold_hub.hub import AdapterHub, HubError, LocalHub, get_hub
 from heterofold_hub.hub.base import unknown_repo_hint
-from heterofold_hub.hub.installed import InstalledHub
+from heterofold_hub.hub.fetching import EMBEDDED_HUB_DIR, fetch, hub_for, sha256_file, verify_files  # noqa: F401 (re-exported)
 from heterofold_hub.hub.registry import AdapterEntry, NoAdapterError, PairEnd, PivotPath, Registry, VersionEntry, open_registry
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.methods.affine import affine_methods
 from heterofold_hub.methods.composed import compose
-from heterofold_hub.paths import embedded_snapshots_dir, is_installed_copy
 
-EMBEDDED_HUB_DIR = "hub"  # the "embedded" hub: this folder beside registry.json
 logger = logging.getLogger(__name__)
 
 
@@ -49,58 +45,6 @@ class ResolvedAdapter:
 def pair_end(side: Side) -> PairEnd:
     """What the registry matches a side on: id, revision, tokenizer fingerprint and KV layout."""
     return PairEnd(side.name, side.revision, tokenizer_fingerprint(side.tokenizer), side.spec.to_dict())
-
-
-def hub_for(entry_hub: str, registry: Registry, *, hub_dir=None, token: str | None = None) -> AdapterHub:
-    """The hub a registry entry lives in: "embedded" is the ``hub/`` folder beside the registry file. The one
-    installed with the wheel is only read, together with the companion distributions' adapters (InstalledHub)."""
-    if entry_hub == "embedded":
-        if registry.path is None:
-            raise HeteroFoldError("This registry has no file path, so its embedded hub cannot be located.")
-        if is_installed_copy(registry.path):
-            return InstalledHub(registry.path.parent / EMBEDDED_HUB_DIR, snapshots=embedded_snapshots_dir())
-        return LocalHub(registry.path.parent / EMBEDDED_HUB_DIR)
-    return get_hub(entry_hub, hub_dir=hub_dir, token=token)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
-
-
-def verify_files(folder: Path, version: VersionEntry, repo_id: str) -> None:
-    """Every file the registry recorded is present with the recorded hash (no truncated or altered weights)."""
-    for name, expected in sorted(version.files.items()):
-        path = folder / name
-        if not path.is_file():
-            raise IntegrityError(
-                f"{repo_id} {version.version}: {name} is missing from {folder}, but the registry lists it for this "
-                f"version. Delete {folder} so it is downloaded again; if it is still missing, the hub's copy of "
-                f"{version.version} lacks it and does not match the registry: pin another version "
-                f"(`hf-fold pull {repo_id}@VERSION`) or ask the publisher to fix the registry entry.")
-        actual = sha256_file(path)
-        if actual != expected:
-            raise IntegrityError(f"{repo_id} {version.version}: {path} has hash {actual[:19]}..., the registry "
-                                 f"recorded {expected[:19]}...: the file is corrupt or was altered. Delete it to "
-                                 "download it again; never load weights that fail this check.")
-
-
-def fetch(registry: Registry, entry: AdapterEntry, version: VersionEntry, *, hub_dir=None, token: str | None = None,
-          local_files_only: bool = False) -> Path:
-    """A local folder with ``version``'s files from the entry's hub, each checked against its recorded hash."""
-    hub = hub_for(entry.hub, registry, hub_dir=hub_dir, token=token)
-    try:
-        folder = Path(hub.download(entry.repo_id, version=version.version, local_files_only=local_files_only))
-    except HubError as err:
-        if err.retryable:  # a dropped connection, not a registry/hub disagreement
-            raise
-        raise HubError(f"The registry {registry.path} lists {entry.repo_id} {version.version} in hub {entry.hub!r}, "
-                       f"but that hub cannot provide it: {err}") from err
-    verify_files(folder, version, entry.repo_id)
-    return folder
 
 
 def resolve_adapter(
