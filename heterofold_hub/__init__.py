@@ -30,6 +30,7 @@ _EXPORTS = {
     "LayerStream": "heterofold_hub.transfer.fast",
     "TransferConfig": "heterofold_hub.transfer.config", "SELECTORS": "heterofold_hub.transfer.selection",
     "SenderPrefill": "heterofold_hub.transfer.sender", "prefill_sender": "heterofold_hub.transfer.sender",
+    "Native": "heterofold_hub.transfer.segments", "Mapped": "heterofold_hub.transfer.segments",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from heterofold_hub.transfer.plan import TransferPlan
     from heterofold_hub.transfer.config import TransferConfig
     from heterofold_hub.transfer.selection import SELECTORS
+    from heterofold_hub.transfer.segments import Mapped, Native
     from heterofold_hub.transfer.sender import SenderPrefill, prefill_sender
 
 

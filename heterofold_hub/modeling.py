@@ -200,6 +200,26 @@ class HeteroFoldModel:
             return recommended
         return TransferConfig.from_dict(recommended, where=f"the registry's entry for {self.resolved.describe()}")
 
+    def compose(self, segments: list, *, config: TransferConfig | None = None,
+                query: str | None = None) -> TransferResult:
+        """One receiver cache of ``segments`` in order: :class:`~heterofold_hub.transfer.segments.Native` text the
+        receiver reads itself (chat-template scaffolding, its system prompt, its notes, the question) and
+        :class:`~heterofold_hub.transfer.segments.Mapped` sender prefills (this pair's, or another sender's with
+        ``via=``). ``config``: what the receiver recomputes after mapping a mapped segment (default: the pure
+        transfer; a recompute is supported in the first segment only, for now); ``query``: the prompt, for a select
+        that reads it. Continue with :meth:`generate`, or add turns with :meth:`append`."""
+        from heterofold_hub.transfer.segments import compose
+
+        return compose(self._adapted("compose"), segments, config=config, query=query)
+
+    def append(self, result: TransferResult, *segments, config: TransferConfig | None = None,
+               query: str | None = None) -> TransferResult:
+        """``result`` (of :meth:`compose`) followed by ``segments``: the next turn, its cost its own length (earlier
+        rows are neither mapped nor copied again); ``result`` itself is left as it was."""
+        from heterofold_hub.transfer.segments import append
+
+        return append(self._adapted("append"), result, *segments, config=config, query=query)
+
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from ``result``, the receiver first reading ``prompt`` itself (one per
         context, or one for all); returns only the new tokens ``[B, new]``. ``result`` is not changed: ask it any

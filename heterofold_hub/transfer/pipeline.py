@@ -40,6 +40,7 @@ class TransferResult:
     identity: dict | None = None  # how the cache was made (heterofold_hub.transfer.identity), for cache keys
     deferred: DeferredRecompute | None = None  # a recompute that waits for the receiver's prompt (see transfer)
     config: TransferConfig | None = None
+    segments: list[dict] | None = None  # a composed cache's segments, in order (heterofold_hub.transfer.segments)
 
     def cache_key(self, row: int | None = None) -> str:
         """A key for a serving cache: equal only for caches made the same way (mapped or native, adapter and its
@@ -142,12 +143,15 @@ class TransferPipeline:
         return TransferResult(cache=cache, input_ids=plan.input_ids, attention_mask=plan.attention_mask,
                               recompute=recompute, identity=made, config=config)
 
-    def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None) -> TransferPlan:
+    def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None,
+             mapped_start: int | None = None) -> TransferPlan:
         """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
 
-        ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns."""
+        ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns;
+        ``mapped_start``: the receiver position of the first mapped token (see :func:`build_plan`)."""
         return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
-                          sender_position_ids=sender_position_ids, cache=self.plan_cache)
+                          sender_position_ids=sender_position_ids, cache=self.plan_cache,
+                          mapped_start=mapped_start)
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """A :class:`LayerStream` that maps sender layers into this receiver's cache as they arrive."""

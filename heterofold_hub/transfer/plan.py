@@ -140,11 +140,14 @@ def build_plan(
     min_native: int = 1,
     sender_position_ids: torch.Tensor | None = None,
     cache: "PlanCache | None" = None,
+    mapped_start: int | None = None,
 ) -> TransferPlan:
     """Tokenize ``texts`` for both models, align them and precompute what every transfer of them needs.
 
     ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not the cache columns. ``cache``: the
     pair's :class:`PlanCache` (a pipeline's ``plan_cache``) to reuse; None computes everything afresh.
+    ``mapped_start``: the receiver position of the first mapped token (a segment that follows others in a composed
+    cache, whose native prefix rows are then dropped); None: right after the native prefix.
     Needs the receiver model loaded (for its native prefix); the sender model is not used.
     """
     if receiver.model is None:
@@ -166,6 +169,7 @@ def build_plan(
         min_native=min_native,
     )
     device = receiver.model.device
+    shift = 0 if mapped_start is None else mapped_start - alignment.native_prefix
     index = alignment.sender_index
     if sender_position_ids is not None:
         index = sender_position_ids.to(index.device).gather(1, index)
@@ -176,7 +180,7 @@ def build_plan(
         alignment=alignment,
         sender_tokens=sender_tokens,
         unrotate=cache.unrotate.at(index.to(device)),
-        rotate=cache.rotate.at(alignment.receiver_positions.to(device)),
+        rotate=cache.rotate.at(alignment.receiver_positions.to(device) + shift),
         native=cache.native(alignment),
         input_ids=torch.cat([alignment.receiver_ids, last], 1),
         attention_mask=torch.cat([alignment.attention_mask, torch.ones_like(last)], 1),
