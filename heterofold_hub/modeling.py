@@ -205,9 +205,9 @@ class HeteroFoldModel:
         """One receiver cache of ``segments`` in order: :class:`~heterofold_hub.transfer.segments.Native` text the
         receiver reads itself (chat-template scaffolding, its system prompt, its notes, the question) and
         :class:`~heterofold_hub.transfer.segments.Mapped` sender prefills (this pair's, or another sender's with
-        ``via=``). ``config``: what the receiver recomputes after mapping a mapped segment (default: the pure
-        transfer; a recompute is supported in the first segment only, for now); ``query``: the prompt, for a select
-        that reads it. Continue with :meth:`generate`, or add turns with :meth:`append`."""
+        ``via=``). ``config``: what the receiver recomputes after mapping each mapped segment (default: the pure
+        transfer; a segment's own ``config`` wins); ``query``: the prompt, for a select that reads it (a composed
+        cache cannot wait for it). Continue with :meth:`generate`, or add turns with :meth:`append`."""
         from heterofold_hub.transfer.segments import compose
 
         return compose(self._adapted("compose"), segments, config=config, query=query)

@@ -10,6 +10,7 @@ import torch
 from heterofold_hub.base_models.loading import Side
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.modeling import HeteroFoldModel
+from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.kvcache import cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
 from heterofold_hub.transfer.segments import Mapped, Native, append, compose
@@ -81,6 +82,34 @@ def test_a_mapped_segment_after_native_text_sits_at_its_positions(identity):
     assert composed.input_ids.tolist() == native.input_ids.tolist()
     (k, v), (k0, v0) = cache_layers(composed.cache)[0], cache_layers(native.cache)[0]
     assert k.shape == k0.shape and torch.allclose(k, k0, atol=2e-5) and torch.allclose(v, v0, atol=2e-5)
+
+
+def test_a_later_segment_recomputed_whole_is_the_receivers_own_prefill(identity):
+    """recompute=1 in a mapped segment after native text: each of its rows recomputed by the receiver, reading what
+    came before, gives the receiver's own prefill of the whole text (every layer, past Gemma 3's window)."""
+    before, handed = FIRST + SECOND * 2, THIRD + SECOND
+    prefill = prefill_sender(identity.sender, handed)
+    composed = compose(identity, [Native(before), Mapped(prefill, config=TransferConfig(recompute=1.0, select="tail"))])
+    native = native_prefill(identity.receiver, before + handed)
+    assert same(composed, cache_layers(native.cache), exact=False, atol=1e-4)
+    pure = compose(identity, [Native(before), Mapped(prefill)])
+    assert not same(pure, cache_layers(native.cache), exact=False, atol=1e-4)  # the pure map is not native past layer 0
+    assert composed.segments[1]["share"] == 1.0 and composed.cache_key() != pure.cache_key()
+
+
+def test_a_later_segment_recomputes_the_asked_line_and_appending_equals_composing(model):
+    document = "def add(a, b):\n    return a + b\n# the code of amber is 73914\n# the code of river is 50218\n"
+    question = "# the code of river is "
+    asked = TransferConfig(recompute=0.3, select="statement")
+    turns = [Native(FIRST), Mapped(model.prefill_sender(document))]
+    at_once = model.compose(turns, config=asked, query=question)
+    step = model.append(model.compose(turns[:1]), turns[1], config=asked, query=question)
+    assert same(step, cache_layers(at_once.cache), exact=True)
+    assert 0 < at_once.segments[1]["share"] <= 0.3 and "query" in at_once.segments[1]["read"]
+    other = model.compose(turns, config=asked, query="# the code of amber is ")
+    assert other.cache_key() != at_once.cache_key()
+    with pytest.raises(HeteroFoldError, match="pass query="):
+        model.compose(turns, config=asked)
 
 
 def test_turn_by_turn_appends_equal_composing_at_once_and_leave_earlier_results_alone(model):

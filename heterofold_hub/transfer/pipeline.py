@@ -223,7 +223,7 @@ class TransferPipeline:
             sender_mask=None if prefill is None else prefill.attention_mask, surprisal=surprisal,
             query=query, spans=spans, texts=plan.texts)
         cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
-        read = _what_was_read(config, query, spans, surprisal)
+        read = what_was_read(config, query, spans, surprisal)
         return self._result(cache, plan, layers, config, {**config.to_dict(), "share": choice.share}, read)
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
@@ -346,7 +346,7 @@ def _check_spans(spans, texts: list[str]) -> None:
                                       "span would recompute nothing.")
 
 
-def _what_was_read(config: TransferConfig, query: list[str] | None, spans, surprisal) -> dict:
+def what_was_read(config: TransferConfig, query: list[str] | None, spans, surprisal) -> dict:
     """What a recompute's choice depended on beyond the plan, for the cache key: the prompt (a digest per row), the
     spans, and whether the sender's surprisal was there."""
     read = {}

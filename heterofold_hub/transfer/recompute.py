@@ -31,7 +31,7 @@ from transformers import DynamicCache
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache
 from heterofold_hub.transfer.config import TransferConfig
-from heterofold_hub.transfer.selection import Choice, SelectionInputs, choose, get_selector
+from heterofold_hub.transfer.selection import Choice, SelectionInputs, Selector, choose, get_selector
 from heterofold_hub.transfer.sender import query_attention
 
 
@@ -87,8 +87,10 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
               chosen: torch.Tensor, valid: torch.Tensor, *, windows: list[int | None]) -> list[LayerKV]:
     """Rows ``chosen`` of every layer of ``layers`` recomputed natively, written into ``layers`` (returned).
 
-    ``layers``: the working cache, every position of every layer (``[B, Hr, T, Dr]``); ``ids``/``attention_mask``
-    ``[B, T]`` the receiver tokens it covers (left-padded); ``chosen`` ``[B, n]`` column indices to recompute,
+    ``layers``: the working cache, every position of every layer (``[B, Hr, T, Dr]``), except that a sliding-window
+    layer may hold only its last columns (a composed cache's history keeps its window: it must still hold every
+    column a chosen position's window reads); ``ids``/``attention_mask`` ``[B, T]`` the receiver tokens it covers
+    (left-padded); ``chosen`` ``[B, n]`` column indices to recompute,
     ``valid`` ``[B, n]`` which are real; ``windows``: per layer, its sliding window in positions (``KVSpec.window
     + 1``, the positions a query sees, itself included) or None.
 
@@ -108,13 +110,18 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     kind_windows = {kind: windows[kinds.index(kind)] for kind in dict.fromkeys(kinds)}
     masks = recompute_masks(model, positions, usable, chosen, valid, kind_windows)
     masks = masks if isinstance(masks, dict) else {kinds[0]: masks}
-    columns = layers[0][0].shape[2]
+    columns = attention_mask.shape[1]
+    held = [columns - keys.shape[2] for keys, _ in layers]  # per layer, the first column it holds
     read = {kind: _read_columns(mask, columns) if kind_windows[kind] is not None else None
             for kind, mask in masks.items()}
+    for layer, (kind, first) in enumerate(zip(kinds, held)):
+        if first and (read[kind] is None or (read[kind].numel() and int(read[kind].min()) < first)):
+            raise HeteroFoldError(f"internal: recompute layer {layer} holds columns from {first}, but its chosen "
+                                  "positions read earlier ones")
     masks = {kind: mask if read[kind] is None else torch.cat([mask[..., :columns][..., read[kind]],
                                                              mask[..., columns:]], -1) for kind, mask in masks.items()}
-    working = build_cache([kv if read[kind] is None else tuple(x[:, :, read[kind]] for x in kv)
-                           for kv, kind in zip(layers, kinds)])
+    working = build_cache([kv if read[kind] is None else tuple(x[:, :, read[kind] - first] for x in kv)
+                           for kv, kind, first in zip(layers, kinds, held)])
     _stop_after_layer(working, len(layers) - 1)
     pad = getattr(model.config, "pad_token_id", None) or 0
     inputs = ids.to(device).gather(1, chosen).masked_fill(~valid, pad)
@@ -124,11 +131,11 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     except _Stop:
         pass
     n, out = chosen.shape[1], []
-    for (keys, values), layer in zip(layers, working.layers):
+    for (keys, values), layer, first in zip(layers, working.layers, held):
         merged = []
         for old, new in ((keys, layer.keys), (values, layer.values)):
             fresh = new[:, :, new.shape[2] - n:].transpose(1, 2)  # [B, n, Hr, Dr]: what this forward appended
-            old.transpose(1, 2)[batch[valid], chosen[valid]] = fresh[valid].to(old.dtype)  # in place: ours
+            old.transpose(1, 2)[batch[valid], chosen[valid] - first] = fresh[valid].to(old.dtype)  # in place: ours
             merged.append(old)
         out.append(tuple(merged))
     return out
@@ -196,29 +203,10 @@ def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
     first layer, so sliding layers map only the windows the recompute attends to and the final cache keeps.
     ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come from the sender's prefill; ``query``, ``spans``
     and ``texts`` are needed by the strategies that read them."""
-    selector = get_selector(settings.select)
+    selector, inputs = selection_inputs(settings, receiver=receiver, sender=sender, alignment=alignment,
+                                        sender_layers=sender_layers, sender_mask=sender_mask, surprisal=surprisal,
+                                        query=query, spans=spans, texts=texts)
     model, rows, columns = receiver.model, alignment.receiver_ids.shape[0], alignment.receiver_ids.shape[1]
-    aligned = lambda x: x.gather(1, alignment.sender_index.clamp(max=x.shape[1] - 1))  # noqa: E731 [B, Ts] -> [B, Tr]
-    inputs = SelectionInputs(receiver_ids=alignment.receiver_ids, mapped_mask=alignment.mapped_mask,
-                             tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
-    if "query" in selector.needs:
-        if query is None:
-            raise HeteroFoldError(f"select={selector.name!r} needs the receiver's prompt at transfer time (query=...); "
-                                  "pass it, or choose a query-agnostic select such as 'content'.")
-        from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
-
-        inputs.query_ids = [encode(receiver.tokenizer, q, add_special_tokens=False)[0] for q in query]
-        loaded = sender is not None and sender.model is not None and sender_mask is not None
-        if "sender_attention" in selector.needs and (selector.name == "attention" or loaded):
-            if sender_mask is None:
-                raise HeteroFoldError("select='attention' reads the sender's attention: pass a cache made by "
-                                      "prefill_sender (it keeps the sender's padding).")
-            inputs.query_attention = aligned(query_attention(sender, sender_layers, sender_mask, query))
-    if "spans" in selector.needs:
-        if spans is None or texts is None:
-            raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
-                                  "one list per context) and the context texts.")
-        inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
     fraction = None if selector.name == "oracle" else settings.recompute
 
     def chosen() -> Choice:
@@ -246,6 +234,38 @@ def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
     return working, choice
 
 
+def selection_inputs(settings: TransferConfig, *, receiver, sender, alignment, sender_layers: list[LayerKV],
+                     sender_mask: torch.Tensor | None, surprisal: torch.Tensor | None, query: list[str] | None,
+                     spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[Selector, SelectionInputs]:
+    """``settings``' selector and what it reads over ``alignment``'s receiver tokens ``[B, Tr]``: the sender's
+    ``surprisal`` ``[B, Ts]`` aligned, the prompt's receiver ids, the sender's attention from the prompt (when the
+    selector reads it and the sender is loaded), the oracle's spans; refusing what a selector needs and lacks."""
+    selector = get_selector(settings.select)
+    columns = alignment.receiver_ids.shape[1]
+    aligned = lambda x: x.gather(1, alignment.sender_index.clamp(max=x.shape[1] - 1))  # noqa: E731 [B, Ts] -> [B, Tr]
+    inputs = SelectionInputs(receiver_ids=alignment.receiver_ids, mapped_mask=alignment.mapped_mask,
+                             tokenizer=receiver.tokenizer, surprisal=None if surprisal is None else aligned(surprisal))
+    if "query" in selector.needs:
+        if query is None:
+            raise HeteroFoldError(f"select={selector.name!r} needs the receiver's prompt at transfer time (query=...); "
+                                  "pass it, or choose a query-agnostic select such as 'content'.")
+        from heterofold_hub.base_models.loading import encode  # noqa: PLC0415 (loading pulls the model stack)
+
+        inputs.query_ids = [encode(receiver.tokenizer, q, add_special_tokens=False)[0] for q in query]
+        loaded = sender is not None and sender.model is not None and sender_mask is not None
+        if "sender_attention" in selector.needs and (selector.name == "attention" or loaded):
+            if sender_mask is None:
+                raise HeteroFoldError("select='attention' reads the sender's attention: pass a cache made by "
+                                      "prefill_sender (it keeps the sender's padding).")
+            inputs.query_attention = aligned(query_attention(sender, sender_layers, sender_mask, query))
+    if "spans" in selector.needs:
+        if spans is None or texts is None:
+            raise HeteroFoldError("select='oracle' needs the character spans to recompute (spans=[[(start, end)], ...], "
+                                  "one list per context) and the context texts.")
+        inputs.spans, inputs.offsets = spans, receiver_offsets(receiver, texts, columns)
+    return selector, inputs
+
+
 def still_mapped(mapped_mask: torch.Tensor, choice: Choice) -> torch.Tensor:
     """``[B, Tr]`` bool: the mapped rows ``choice`` did not recompute."""
     left = mapped_mask.clone()
@@ -262,7 +282,7 @@ def scale_mapped_keys(layers: list[LayerKV], rows: torch.Tensor, scale: float) -
     keys = layers[0][0]
     factor = torch.where(rows.to(keys.device), scale, 1.0).to(keys.dtype)[:, None, :, None]  # once for every layer
     for keys, _ in layers:
-        keys.mul_(factor)
+        keys.mul_(factor[:, :, factor.shape[2] - keys.shape[2]:])  # a layer holding only its last columns
 
 
 def window_rows(choice: Choice, columns: int, windows: list[int | None]) -> torch.Tensor | None:

@@ -145,8 +145,11 @@ def _extend(pipeline, result, segment, *, config, query):
         part = _native_identity(new)
     else:
         layers, tokens = _read_natively(receiver, result.cache, ids[-1:], start=len(ids) - 1)
-        new, mapped, part = _map_segment(pipeline, segment, start=tokens, config=config, query=query)
+        new, mapped, part, choice = _map_segment(pipeline, segment, start=tokens, config=config, query=query)
         layers = [(torch.cat([k, mk], 2), torch.cat([v, mv], 2)) for (k, v), (mk, mv) in zip(layers, mapped)]
+        if choice is not None:
+            _recompute_in_place(receiver, layers, torch.cat([ids, new[:-1]]), tokens, choice,
+                                segment.config or config)
         tokens += mapped[0][0].shape[2]
     return _result(receiver, layers, tokens, torch.cat([ids, new]), result.segments + [part])
 
@@ -170,15 +173,15 @@ def _read_natively(receiver: Side, cache, ids: torch.Tensor, *, start: int) -> t
 def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
     """``segment`` mapped as a one-document hand-off whose receiver positions start ``start`` later than its first
     mapped token's, without its native prefix: returns its receiver ids ``[m + 1]`` (the last one uncached), per layer
-    ``[1, Hr, m, Dr]``, and its identity."""
+    ``[1, Hr, m, Dr]``, its identity, and the positions its recompute chooses (:class:`Choice` over its ``m`` rows,
+    or None)."""
     from heterofold_hub.transfer.fast import map_every_position  # noqa: PLC0415 (the model stack)
-    from heterofold_hub.transfer.pipeline import _check_rows  # noqa: PLC0415 (pipeline imports the model stack)
+    from heterofold_hub.transfer.pipeline import _check_rows, what_was_read  # noqa: PLC0415
+    from heterofold_hub.transfer.recompute import selection_inputs  # noqa: PLC0415
+    from heterofold_hub.transfer.selection import Choice, choose  # noqa: PLC0415
 
     mapper = _mapper(pipeline, segment)
     chosen = segment.config or config or TransferConfig()
-    if chosen.active:
-        raise HeteroFoldError("A recompute inside a segment after the first is not supported yet: map later segments "
-                              "with the pure transfer (config=None), or make the mapped segment the first.")
     plan = mapper.plan(segment.prefill.texts, mapped_start=start)
     native = plan.alignment.native_prefix
     _check_rows(segment.prefill, plan.texts)
@@ -187,7 +190,41 @@ def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
     mapped = map_every_position(mapper.adapter, plan, layers, dtype=pipeline.receiver.model.dtype)
     part = {"segment": "mapped", "adapter": mapper.adapter_identity, "sender": side_identity(mapper.sender),
             "config": chosen.to_dict(), "sender_tokens": segment.prefill.digests()}
-    return plan.input_ids[0, native:], [(k[:, :, native:], v[:, :, native:]) for k, v in mapped], part
+    choice = None
+    if chosen.active:
+        if chosen.repair_layers or chosen.select_name in ("deviation", "oracle"):
+            raise HeteroFoldError(f"A mapped segment after the first recomputes positions chosen by a select; "
+                                  f"repair_layers and select={chosen.select_name!r} need the whole context from its "
+                                  "start: choose another select (statement, statement-tail, tail, content, ...).")
+        queries = None if query is None else [query]
+        if queries is None and chosen.reads_prompt:
+            raise HeteroFoldError(_QUERY_NEEDED)
+        selector, inputs = selection_inputs(chosen, receiver=pipeline.receiver, sender=mapper.sender,
+                                            alignment=plan.alignment, sender_layers=layers,
+                                            sender_mask=segment.prefill.attention_mask,
+                                            surprisal=segment.prefill.surprisal, query=queries, spans=None,
+                                            texts=plan.texts)
+        made = choose(selector.scores(inputs), plan.alignment.mapped_mask, chosen.recompute,
+                      positive_only=not selector.fills_share)
+        choice = Choice(made.index - native, made.valid, made.share)  # over the segment's own rows
+        part |= {"share": made.share, "read": what_was_read(chosen, queries, None, segment.prefill.surprisal)}
+    return plan.input_ids[0, native:], [(k[:, :, native:], v[:, :, native:]) for k, v in mapped], part, choice
+
+
+def _recompute_in_place(receiver: Side, layers: list[LayerKV], ids: torch.Tensor, start: int, choice, config) -> None:
+    """Recompute ``choice``'s rows of the segment that starts at column ``start`` of ``layers`` (the whole cache but
+    the last token, sliding layers their window: ``ids`` ``[T]``), attending to everything before them; then scale
+    the keys of the segment's rows left mapped when ``config`` says so."""
+    from heterofold_hub.transfer.recompute import recompute, scale_mapped_keys  # noqa: PLC0415
+
+    mask = torch.ones((1, len(ids)), dtype=torch.long)
+    windows = [None if w is None else w + 1 for w in receiver.spec.windows]
+    recompute(receiver.model, layers, ids[None], mask, choice.index + start, choice.valid, windows=windows)
+    if config.mapped_key_scale != 1:
+        left = torch.zeros((1, len(ids)), dtype=torch.bool)
+        left[0, start:] = True
+        left[0, (choice.index + start)[choice.valid]] = False
+        scale_mapped_keys(layers, left, config.mapped_key_scale)
 
 
 def _native_identity(ids: torch.Tensor) -> dict:
