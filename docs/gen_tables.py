@@ -4,7 +4,7 @@ available. Every figure is read from a committed file (an experiment's ``benchma
 README to this output.
 
     python docs/gen_tables.py            # print the blocks
-    python -m benchmarks report          # rewrite them (and docs/results.md's), between their <!-- gen:NAME --> markers
+    python -m benchmarks report          # rewrite them (and docs/results/*.md's), between their <!-- gen:NAME --> markers
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every results table in README.md and docs/results.md is generated from a committed JSON result
+"""Every results table in README.md and the results pages (docs/results/) is generated from a committed JSON result
 (benchmarks/results/) or registry.json, so no figure is typed in by hand or taken from an ignored run folder."""
 
 import json
@@ -24,9 +24,20 @@ from benchmarks import report  # noqa: E402
 README_MAX_LINES = 220
 
 
+RESULTS_PAGES = report.results_pages()
+
+
 def pages() -> str:
-    """The text that shows results: the README (a product page) and docs/results.md (every experiment)."""
-    return (ROOT / "README.md").read_text() + "\n\n" + (ROOT / "docs" / "results.md").read_text()
+    """The text that shows results: the README (a product page) and the results pages (every experiment, by topic)."""
+    return "\n\n".join(path.read_text() for path in [ROOT / "README.md", *RESULTS_PAGES])
+
+
+def page_showing(table: str) -> str:
+    """The results page (relative to the repository) that shows the figures of every body row of a table (a row's
+    name cell may be a label there)."""
+    rows = [row.split("|", 2)[2] for row in table.splitlines()[2:]]
+    path = next(p for p in RESULTS_PAGES if all(row in p.read_text() for row in rows))
+    return path.relative_to(ROOT).as_posix()
 
 FIDELITY = report.fidelity_tables()
 
@@ -83,7 +94,7 @@ HANDOFF = report.handoff_tables()
 @pytest.mark.parametrize("where, table", HANDOFF, ids=[where for where, _ in HANDOFF])
 def test_the_docs_show_each_hand_off_result_exactly(where, table):
     """Every hand-off retrieval and speed table is generated from its committed JSON (per format)."""
-    assert table in pages(), f"docs/results.md lacks {where}'s table as generated"
+    assert table in pages(), f"no results page shows {where}'s table as generated"
 
 
 def test_every_figure_matches_its_file():
@@ -94,7 +105,7 @@ def test_every_figure_matches_its_file():
 def _copy_pages(tmp_path: Path) -> Path:
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
+    shutil.copytree(ROOT / gen_results.RESULTS_DIR, tmp_path / gen_results.RESULTS_DIR)
     return tmp_path
 
 
@@ -114,10 +125,12 @@ def _bump(cell: str) -> str:
 
 EDITS = {  # page, and the table a figure of it is edited in: every kind of table the check covers
     **{f"README {name}": ("README.md", lambda name=name: gen_tables.blocks()[name]) for name in gen_tables.blocks()},
-    **{f"results {name}": ("docs/results.md", lambda name=name: gen_results.blocks()[name]) for name in gen_results.blocks()},
-    "results fidelity": ("docs/results.md", lambda: fidelity_markdown(dict(FIDELITY)["real-s2g.json score 2048"])),
-    "results hand-off": ("docs/results.md", lambda: HANDOFF[0][1]),
-    "results hand-off speed": ("docs/results.md", lambda: dict(HANDOFF)["real-s2g-handoff-speed.json handoff-speed"]),
+    **{f"results {name}": (f"{gen_results.RESULTS_DIR}/{gen_results.PAGES[name]}", lambda name=name: gen_results.blocks()[name])
+       for name in gen_results.blocks()},
+    **{f"results {name}": (page_showing(table()), table) for name, table in {
+        "fidelity": lambda: fidelity_markdown(dict(FIDELITY)["real-s2g.json score 2048"]),
+        "hand-off": lambda: HANDOFF[0][1],
+        "hand-off speed": lambda: dict(HANDOFF)["real-s2g-handoff-speed.json handoff-speed"]}.items()},
 }
 
 
@@ -157,10 +170,11 @@ def test_the_readme_blocks_are_as_generated(name):
 
 @pytest.mark.parametrize("name", sorted(gen_results.blocks()))
 def test_the_results_page_blocks_are_as_generated(name):
-    page = (ROOT / "docs" / "results.md").read_text()
-    assert f"<!-- gen:{name} -->" in page, f"docs/results.md lacks its generated block {name!r}"
+    where = f"{gen_results.RESULTS_DIR}/{gen_results.PAGES[name]}"
+    page = (ROOT / where).read_text()
+    assert f"<!-- gen:{name} -->" in page, f"{where} lacks its generated block {name!r}"
     assert gen_tables.generated_block(page, name) == gen_results.blocks()[name], \
-        f"docs/results.md's {name!r} block differs from its files: run python -m benchmarks report"
+        f"{where}'s {name!r} block differs from its files: run python -m benchmarks report"
 
 
 def test_the_expectations_cite_only_committed_files():
@@ -221,3 +235,27 @@ def test_the_readme_names_every_command():
     readme = (ROOT / "README.md").read_text()
     names = [c.name or c.callback.__name__ for c in app.registered_commands]
     assert names and all(f"`hf-fold {name}`" in readme for name in names), names
+
+
+SUMMARY = re.compile(r"\A# [^\n]+\n\n<!-- summary -->\n(.*?)\n<!-- /summary -->\n", re.S)
+FIGURE = re.compile(r"(?<![\d.])-?\d+\.\d+x?|\b\d+x\b")  # a decimal (a range's dash is no sign) or a speed-up
+
+
+@pytest.mark.parametrize("page", [p for p in RESULTS_PAGES if p.name != "index.md"], ids=lambda p: p.name)
+def test_each_results_page_opens_with_a_summary_of_its_own_figures(page):
+    """At most five lines under the title, and every figure in them is one the page shows below (a summary
+    restates the page; it never brings a figure of its own)."""
+    text = page.read_text()
+    found = SUMMARY.match(text)
+    assert found, f"{page.name} does not open with its title and a <!-- summary --> block"
+    lines = found.group(1).splitlines()
+    assert 1 <= len(lines) <= 5, f"{page.name}'s summary has {len(lines)} lines"
+    body = text[found.end():]
+    assert not [f for f in FIGURE.findall(found.group(1)) if f not in body], \
+        f"{page.name}'s summary states figures its page does not show"
+
+
+def test_the_results_overview_links_every_results_page():
+    index = (ROOT / gen_results.RESULTS_DIR / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([a-z0-9-]+\.md)\)", index))
+    assert linked == {p.name for p in RESULTS_PAGES if p.name != "index.md"}, linked
