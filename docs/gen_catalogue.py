@@ -191,22 +191,20 @@ def recovered_cell(entry: dict, newest: "Version") -> str:
 
 
 def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link, file_link=lambda name: name) -> list[str]:
-    """One row per adapter repository, the real pairs first: pair, method, newest version, its recovered on the
+    """One row per adapter repository (its name says its pair), the real pairs first: method, newest version, its recovered on the
     reference split (the figure the resolver ranks and gates on) beside the pair's KV Ridge, exact facts with its
     recommended setting, and its end-to-end speed-up where measured. ``link(repo_id)``: how the repo is named in the
     row (a page link, or code); ``file_link(name)``: how a results file is named."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
-    lines = [f"| adapter | sender -> receiver | method | newest (all) | recovered on `{REFERENCE_SPLIT}` | "
-             "facts, recommended setting | end to end, newest |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| adapter | method | newest (all) | recovered on `{REFERENCE_SPLIT}` | facts, recommended setting | "
+             "end to end, newest |", "| --- | --- | --- | --- | --- | --- |"]
     for entry in sorted(entries, key=test_pair):
         versions = loaded[entry["repo_id"]]
         newest = versions[-1]
-        pair = f"`{entry['sender']['id']}` -> `{entry['receiver']['id']}`"
-        if test_pair(entry):
-            pair += " (**test pair**: a tiny model)"
+        method = entry["method"] + (" (**test pair**: a tiny model)" if test_pair(entry) else "")
         older = f" ({', '.join(v.name for v in versions[:-1])})" if len(versions) > 1 else ""
-        lines.append(f"| {link(entry['repo_id'])} | {pair} | {entry['method']} | {newest.name}{older} | "
+        lines.append(f"| {link(entry['repo_id'])} | {method} | {newest.name}{older} | "
                      f"{recovered_cell(entry, newest)} | {facts_cell(entry)} | {speed_cell(entry, file_link)} |")
     return lines
 

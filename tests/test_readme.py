@@ -318,7 +318,7 @@ def test_the_adapters_table_marks_test_pairs_and_flags_adapters_below_kv_ridge()
         entry = registry[re.match(r"\| `([^`]+)`", row).group(1)]
         tiny = any(entry[side]["id"] in DEMO_MODELS for side in ("sender", "receiver"))
         assert ("**test pair**" in row) == tiny, row
-        cell = row.split(" | ")[4]
+        cell = row.split(" | ")[3]
         own, ridge = re.match(r"(-?\d\.\d+)", cell), re.search(r"(?:KV Ridge|below KV Ridge\*\*) \(?(-?\d\.\d+)", cell)
         if ridge:
             below = float(own.group(1)) < float(ridge.group(1))
