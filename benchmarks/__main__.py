@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("--hub", default="local", help="local, hf or a URL (as hf-fold push --hub)")
     publish.add_argument("--hub-dir", type=Path, default=None, help="the local hub's folder (default the project's hub/)")
     publish.add_argument("--registry", type=Path, default=None, help="registry.json to register in (default the project's)")
-    report = sub.add_parser("report", help="regenerate README.md's and docs/results.md's tables from the results")
+    report = sub.add_parser("report", help="regenerate the tables of README.md and docs/results/ from the results")
     report.add_argument("--check", action="store_true", help="change nothing; exit 1 listing every figure that differs")
     report.add_argument("--pages", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the checkout whose README.md and docs/results.md to write or check (default this one)")
+                        help="the checkout whose README.md and docs/results/ to write or check (default this one)")
     args = parser.parse_args(argv)
     if args.results is None:
         from benchmarks.record import RESULTS

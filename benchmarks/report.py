@@ -1,10 +1,10 @@
-"""``python -m benchmarks report``: the README's and docs/results.md's generated blocks from the results files, and
-``--check``: every figure the two pages show, compared with its file.
+"""``python -m benchmarks report``: the generated blocks of the README and of the results pages (``docs/results/``, one
+page per topic) from the results files, and ``--check``: every figure those pages show, compared with its file.
 
 Two kinds of table are held to their files. Generated blocks (between ``<!-- gen:NAME -->`` markers: the "what to
 expect" tables, adapters, retrieval, speed, tiny bench, pivot probe) are rewritten by ``report`` from
 ``docs/gen_tables.py`` and ``docs/gen_results.py``, the one place their logic lives. Fidelity and hand-off tables
-sit in the results page's prose as generated once (``heterofold_hub.evaluation.reports``/``handoff``); ``--check``
+sit in the results pages' prose as generated once (``heterofold_hub.evaluation.reports``/``handoff``); ``--check``
 finds each result's rows under its caption.
 """
 
@@ -22,8 +22,17 @@ import gen_results  # noqa: E402
 import gen_tables  # noqa: E402
 
 def pages(root: Path = ROOT) -> dict[Path, dict[str, str]]:
-    """Each page with generated blocks, and those blocks as the files give them."""
-    return {root / "README.md": gen_tables.blocks(), root / "docs" / "results.md": gen_results.blocks()}
+    """Each page with generated blocks, and those blocks as the files give them (``gen_results.PAGES`` says which
+    results page holds which block)."""
+    out = {root / "README.md": gen_tables.blocks()}
+    for name, body in gen_results.blocks().items():
+        out.setdefault(root / gen_results.RESULTS_DIR / gen_results.PAGES[name], {})[name] = body
+    return out
+
+
+def results_pages(root: Path = ROOT) -> list[Path]:
+    """Every results page: where fidelity and hand-off tables are looked for."""
+    return sorted((root / gen_results.RESULTS_DIR).glob("*.md"))
 
 
 def write(root: Path = ROOT) -> list[Path]:
@@ -110,19 +119,24 @@ def fidelity_differences(text: str, where: str, result: dict) -> list[str]:
 
 
 def check(root: Path = ROOT) -> list[str]:
-    """Every figure of README.md and docs/results.md (under ``root``) that differs from its results file."""
+    """Every figure of README.md and the results pages (under ``root``) that differs from its results file."""
     out = []
     texts = {}
     for page, blocks in pages(root).items():
+        if not page.is_file():
+            out.append(f"{page.relative_to(root)} is missing; it holds {', '.join(blocks)}")
+            continue
         text = texts[page] = page.read_text()
         for name, expected in blocks.items():
             if f"<!-- gen:{name} -->" not in text:
                 out.append(f"{page.name} lacks its generated block <!-- gen:{name} -->")
                 continue
             out += block_differences(page, name, gen_tables.generated_block(text, name), expected)
-    both = "\n\n".join(texts.values())
+    for page in results_pages(root):
+        texts.setdefault(page, page.read_text())
+    every = "\n\n".join(texts.values())
     for where, result in fidelity_tables():
-        out += fidelity_differences(both, where, result)
-    out += [f"{where}: docs/results.md lacks this table as generated" for where, table in handoff_tables()
-            if table not in both]
+        out += fidelity_differences(every, where, result)
+    out += [f"{where}: no results page shows this table as generated" for where, table in handoff_tables()
+            if table not in every]
     return out

@@ -75,22 +75,147 @@ def on_reference(v: Version) -> str:
     return f"{v.reference.recovered:.3f}" + (f" ± {se:.3f}" if se is not None else "")
 
 
-def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link) -> list[str]:
-    """One row per adapter repository: pair, method, versions, the newest version's recovered on the reference split
-    (the figure the resolver ranks and gates on) and its published figure with the split that measured it.
-    ``link(repo_id)``: how the repo is named in the row (a page link, or code)."""
+RESULTS = ROOT / "benchmarks" / "results"
+
+# Where each registered pair's KV Ridge was measured on the reference split at 512 tokens: a committed results file
+# (relative to benchmarks/results/) and, for an experiment's NAME.json, its stage and the table in it (a train
+# stage's package, a score stage's context length). Names only: the figure is read from the file.
+KV_RIDGE = {
+    ("gguf/gemma3-270m-q4_k_m", "gguf/smollm2-135m-instruct-q4_1"): ("real-g2s.json", "train", "kv-ridge"),
+    ("gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"): ("real-s2g.json", "train", "kv-ridge"),
+    ("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code"): ("tiny-l2q.json", "score", "512"),
+    ("heterofold/tiny-qwen-code", "heterofold/tiny-llama-code"): ("tiny-q2l.json", "score", "512"),
+    ("heterofold/tiny-llama-code", "gguf/smollm2-135m-instruct-q4_1"): ("pivot/fidelity-l2s-kv-ridge.json",),
+    ("gguf/smollm2-135m-instruct-q4_1", "heterofold/tiny-llama-code"): ("pivot/fidelity-s2l-kv-ridge.json",),
+}
+SPEED_TOKENS = 2048  # the context length the adapters table quotes speed at (the nearest measured)
+
+
+def test_pair(entry: dict) -> bool:
+    """Whether a side of the pair is one of the tiny models the project trained (they test plumbing, not quality)."""
+    from heterofold_hub.zoo import DEMO_MODELS
+
+    return any(entry[side]["id"] in DEMO_MODELS for side in ("sender", "receiver"))
+
+
+def kv_ridge(entry: dict) -> tuple[float, str] | None:
+    """The pair's KV Ridge recovered on the reference split at 512 tokens, and the file it comes from."""
+    source = KV_RIDGE.get((entry["sender"]["id"], entry["receiver"]["id"]))
+    if source is None:
+        return None
+    data = json.loads((RESULTS / source[0]).read_text())
+    if len(source) > 1:
+        data = data["stages"][source[1]]["result"][source[2]]
+        data = data["heldout"] if source[1] == "train" else data
+    return data["methods"]["kv-ridge"]["recovered"], source[0]
+
+
+def recommended(entry: dict) -> tuple[str, dict] | None:
+    """The newest version's recommended setting as the registry records it (``select@share``) and that
+    evaluation's results, or None when the version recommends none."""
+    found = [e for e in entry["versions"][-1].get("evaluations", []) if e.get("recommended")]
+    if not found:
+        return None
+    from heterofold_hub.transfer.config import TransferConfig
+
+    config = TransferConfig.from_dict(found[-1]["recommended"])
+    name = f"{config.select_name}@{config.recompute:g}" + (f"+L{config.repair_layers}" if config.repair_layers else "")
+    return name, found[-1]["results"]
+
+
+def facts_cell(entry: dict) -> str:
+    """Exact-fact retrieval with the recommended setting, as a share of the receiver's own prefill's answers, over
+    the cells its evaluation measured."""
+    found = recommended(entry)
+    if found is None:
+        return "no setting recommended"
+    name, results = found
+    kept = [value for key, value in results.items() if key.startswith("kept_")]
+    if not kept:
+        return f"`{name}`: not measured"
+    return f"`{name}`: {min(kept):.2f}-{max(kept):.2f} of native ({len(kept)} cells)"
+
+
+def _speed_rows(weights: str):
+    """Every committed timing of the adapter with these weights (float32 products): (date, file, kind, {tokens:
+    {setting: speed-up}}). A hand-off timing (``handoff-speed``: plan + map + recompute, each setting) or a bench row
+    (plan + map)."""
+    for path in sorted(RESULTS.glob("*.json")):
+        for stage, entry in json.loads(path.read_text())["stages"].items():
+            prov, result = entry["provenance"], entry["result"]
+            if stage == "handoff-speed":
+                used = (prov.get("adapters") or {}).get("heterofold", {})
+                if used.get("weights_sha256") == weights and not used.get("map_dtype"):
+                    yield prov["date"], path.name, "handoff", {
+                        int(n): {s: row["speedup"] for s, row in by.items() if "bfloat16" not in s}
+                        for n, by in ((n, r["settings"]) for n, r in result["lengths"].items())}
+            elif stage == "bench":
+                for direction in result["directions"]:
+                    rows = (prov.get("adapters") or {}).get(f"{direction['sender']} -> {direction['receiver']}", {})
+                    for name, used in rows.items():
+                        if used.get("weights_sha256") == weights and not used.get("map_dtype"):
+                            yield prov["date"], path.name, "bench", {
+                                r["context_tokens"]: {"transfer": r["prefill_s"] / (r["plan_s"] + r["transfer_s"][name])}
+                                for r in direction["rows"]}
+
+
+def speed_cell(entry: dict, link=lambda name: name) -> str:
+    """The newest version's end-to-end speed-up over the receiver's own prefill, at the measured length nearest
+    :data:`SPEED_TOKENS`: pure transfer, and with the recommended setting when that was timed. From the newest
+    committed timing of exactly these weights (a hand-off timing before a bench); ``link(file)`` names the source."""
+    weights = entry["versions"][-1]["files"].get("adapter.safetensors")
+    found = sorted(_speed_rows(weights), key=lambda r: (r[2] == "handoff", r[0]))
+    if not found:
+        return "not measured"
+    _, name, _, by_length = found[-1]
+    tokens = min(by_length, key=lambda n: abs(n - SPEED_TOKENS))
+    speeds = by_length[tokens]
+    cell = f"{speeds['transfer']:.1f}x pure"
+    setting = recommended(entry)
+    if setting and setting[0] in speeds:
+        cell += f", {speeds[setting[0]]:.1f}x `{setting[0]}`"
+    return f"{cell} ({tokens} tokens; {link(name)})"
+
+
+def recovered_cell(entry: dict, newest: "Version") -> str:
+    """The newest version's recovered on the reference split, beside the pair's KV Ridge; flagged when below it."""
+    figure = on_reference(newest)
+    if entry["method"] == "kv-ridge":
+        return f"{figure} (is KV Ridge)"
+    ridge = kv_ridge(entry)
+    if ridge is None or newest.reference is None:
+        return f"{figure} (KV Ridge not measured)"
+    if newest.reference.recovered < ridge[0]:
+        return f"{figure} **below KV Ridge** ({ridge[0]:.3f})"
+    return f"{figure} (KV Ridge {ridge[0]:.3f})"
+
+
+def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link, file_link=lambda name: name) -> list[str]:
+    """One row per adapter repository (its name says its pair), the real pairs first: method, newest version, its recovered on the
+    reference split (the figure the resolver ranks and gates on) beside the pair's KV Ridge, exact facts with its
+    recommended setting, and its end-to-end speed-up where measured. ``link(repo_id)``: how the repo is named in the
+    row (a page link, or code); ``file_link(name)``: how a results file is named."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
-    lines = [f"| adapter | sender -> receiver | method | versions | newest: recovered on {REFERENCE_SPLIT} | "
-             "as published (measured on) |", "| --- | --- | --- | --- | ---: | --- |"]
-    for entry in entries:
+    lines = [f"| adapter | method | newest (all) | recovered on `{REFERENCE_SPLIT}` | facts, recommended setting | "
+             "end to end, newest |", "| --- | --- | --- | --- | --- | --- |"]
+    for entry in sorted(entries, key=test_pair):
         versions = loaded[entry["repo_id"]]
         newest = versions[-1]
-        row = _own_row(newest, entry["method"])
-        lines.append(f"| {link(entry['repo_id'])} | `{entry['sender']['id']}` -> `{entry['receiver']['id']}` | "
-                     f"{entry['method']} | {', '.join(v.name for v in versions)} | {on_reference(newest)} | "
-                     f"{row['recovered']:.3f} ({measured_on(newest)}) |")
+        method = entry["method"] + (" (**test pair**: a tiny model)" if test_pair(entry) else "")
+        older = f" ({', '.join(v.name for v in versions[:-1])})" if len(versions) > 1 else ""
+        lines.append(f"| {link(entry['repo_id'])} | {method} | {newest.name}{older} | "
+                     f"{recovered_cell(entry, newest)} | {facts_cell(entry)} | {speed_cell(entry, file_link)} |")
     return lines
+
+
+TABLE_NOTE = ("Real pairs first; a **test pair** has one of the project's tiny models on a side (they test plumbing, "
+              "not quality). *Recovered* is the newest version's figure on the registry's reference split, beside KV "
+              "Ridge measured on the same split for that pair, and marked **below KV Ridge** where it falls under. "
+              "*Facts* is exact-fact retrieval with the setting the registry recommends for that version, as a share "
+              "of the receiver's own prefill's answers over the cells measured. *End to end* is the speed-up over the "
+              "receiver's own prefill (plan + map, and with the recommended setting where timed), from the newest "
+              "committed timing of exactly that version's weights.")
 
 
 def registry(root: Path = ROOT) -> dict:
@@ -199,10 +324,10 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
 
 def index_page(entries: list[dict], loaded: dict[str, list[Version]]) -> str:
     lines = ["# Adapter catalogue", "",
-             "Every adapter repository in `registry.json`, generated at build time from the registry and the "
-             "published packages in the embedded hub (`hub/repos/`). *Recovered* is the newest version's figure on the "
-             "registry's reference split, beside the figure it was published with.", ""]
-    lines += adapters_table(entries, loaded, lambda repo_id: f"[{repo_id}]({Path(page_name(repo_id)).name})")
+             "Every adapter repository in `registry.json`, generated at build time from the registry, the published "
+             "packages in the embedded hub (`hub/repos/`) and the committed results. " + TABLE_NOTE, ""]
+    lines += adapters_table(entries, loaded, lambda repo_id: f"[{repo_id}]({Path(page_name(repo_id)).name})",
+                            lambda name: f"[{name}](../assets/results/{name})")
     lines += ["", "See also the [adapter history](history.md), every version in publication order."]
     return "\n".join(lines) + "\n"
 

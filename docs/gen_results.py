@@ -1,8 +1,8 @@
-"""The generated tables of ``docs/results.md`` other than fidelity and hand-off tables (those come from
+"""The generated tables of the results pages (``docs/results/``) other than fidelity and hand-off tables (those come from
 ``heterofold_hub.evaluation``'s own generators): retrieval into Gemma 3, the real pair's and the tiny pair's
 timings, and the pivot first-leg probe. Every figure is read from a committed file under ``benchmarks/results/``
 (an experiment's NAME.json, or a history run's file); ``python -m benchmarks report --check`` and
-``tests/test_readme.py`` hold the page to this output.
+``tests/test_readme.py`` hold the pages to this output; :data:`PAGES` says which page shows which block.
 
     python docs/gen_results.py            # print the blocks
     python -m benchmarks report           # rewrite them (and README.md's), between their <!-- gen:NAME --> markers
@@ -16,6 +16,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_tables import _load, stage  # noqa: E402
+
+RESULTS_DIR = "docs/results"  # one page per topic, relative to the repository root
+PAGES = {  # generated block -> the results page that shows it
+    "retrieval-s2g": "retrieval.md", "speed-real": "speed.md", "speed-low-rank": "low-rank.md",
+    "speed-low-rank-registered": "low-rank.md", "speed-low-rank-s2g": "low-rank.md", "speed-rank64-bf16": "low-rank.md",
+    "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md",
+}
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
 # gen_tables.DIRECTIONS: (experiment, stage), or a history run's file under benchmarks/results/.

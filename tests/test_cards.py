@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from pathlib import Path
@@ -126,3 +127,54 @@ def test_a_card_of_an_adapter_derived_from_gemma_states_the_gemma_terms(package,
     assert "Gemma Terms of Use (https://ai.google.dev/gemma/terms)" in text
     assert "`gguf/smollm2-135m-instruct-q4_1` (SmolLM2-135M-Instruct (Llama family), Q4_1): Apache-2.0." in text
     assert card_data(render_card(FIXTURE, repo_id=REPO_ID))["license"] == "apache-2.0"
+
+
+def _usage_snippet(card: str) -> str:
+    return card.split("## Usage", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _from_pretrained_call(snippet: str) -> ast.Call:
+    [call] = [node for node in ast.walk(ast.parse(snippet)) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "from_pretrained"]
+    return call
+
+
+@pytest.mark.parametrize("version", ["v1.0.0", None])
+def test_the_usage_snippet_loads_exactly_the_adapter_the_card_describes(package, config, version):
+    """Copied as written, the snippet names this repo and version (a call without them resolves the registry's
+    newest fit, possibly another adapter), with arguments from_pretrained accepts."""
+    import inspect
+
+    from heterofold_hub.modeling import HeteroFoldModel
+
+    call = _from_pretrained_call(_usage_snippet(render_card(package, repo_id=REPO_ID, version=version)))
+    args = [ast.literal_eval(a) for a in call.args]
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    assert args == [config["sender"], config["receiver"]]
+    assert kwargs == ({"adapter": REPO_ID, "revision": version} if version else {"adapter": REPO_ID})
+    inspect.signature(HeteroFoldModel.from_pretrained).bind(*args, **kwargs)
+
+
+def test_a_registered_cards_snippet_run_as_written_loads_that_version(tmp_path):
+    """The card of an older version of a registered tiny adapter: its snippet's from_pretrained, executed, resolves
+    that repo at that version, not the pair's newest."""
+    import subprocess
+
+    from heterofold_hub.hub.registry import Registry
+
+    root = Path(__file__).resolve().parents[1]
+    entry = next(e for e in Registry.load(root / "registry.json").entries() if e.repo_id == REPO_ID)
+    older = entry.versions[0]
+    assert older.version != entry.versions[-1].version, "the test needs a version that is not the newest"
+    folder = tmp_path / "package"
+    folder.mkdir()
+    for name in ("adapter_config.json", "metrics.json"):
+        shown = subprocess.run(["git", "--git-dir", str(root / "hub" / "repos" / REPO_ID), "show",
+                                f"{older.commit}:{name}"], check=True, capture_output=True, text=True).stdout
+        (folder / name).write_text(shown)
+    snippet = _usage_snippet(render_card(folder, repo_id=REPO_ID, version=older.version))
+    loading = snippet.split("text =", 1)[0]  # the import and the from_pretrained call
+    scope = {}
+    exec(compile(loading, "card-snippet", "exec"), scope)  # noqa: S102 (the card's own code)
+    resolved = scope["model"].resolved
+    assert (resolved.repo_id, resolved.version) == (REPO_ID, older.version)

@@ -64,11 +64,14 @@ def test_the_catalogue_lists_exactly_the_registry(site):
 def test_the_site_shows_the_readme_results_and_api(site):
     home = text_of(site / "index.html")
     assert "What to expect" in home and "73914" in home
-    results = (site / "results" / "index.html").read_text()
-    images = re.findall(r'<img[^>]+src="([^"]+)"', results)
-    assert images, "the results page shows its plots"
-    for src in images:
-        assert (site / "results" / src).resolve().is_file(), f"results page image {src} is not in the site"
+    pages = sorted((site / "results").glob("*/index.html")) + [site / "results" / "index.html"]
+    assert len(pages) == len(list((ROOT / "docs" / "results").glob("*.md"))), "one site page per results page"
+    shown = 0
+    for page in pages:
+        for src in re.findall(r'<img[^>]+src="([^"]+)"', page.read_text()):
+            assert (page.parent / src).resolve().is_file(), f"{page.parent.name}'s image {src} is not in the site"
+            shown += 1
+    assert shown >= 10, "the results pages show their plots"
     api = text_of(site / "api" / "index.html")
     for name in ("HeteroFoldModel", "from_pretrained", "TransferPipeline", "prefill_sender", "Registry", "PairAdapter"):
         assert name in api, f"the API reference lacks {name}"

@@ -19,7 +19,7 @@ costs ``k / L`` of a prefill), where the map is weakest.
 multiply per mapped key). Every attention score on a mapped row is scaled by ``s``, a softer softmax over mapped
 rows only: with ``s < 1`` they draw less attention away from the receiver's own rows (the recomputed facts, its
 prefix, its prompt). On the real pair it lets a recomputed fact be copied that the receiver otherwise misses, and it
-lowers what the receiver writes next (docs/results.md, "Mapped keys scaled").
+lowers what the receiver writes next (docs/results/probes.md, "Mapped keys scaled").
 """
 
 from __future__ import annotations

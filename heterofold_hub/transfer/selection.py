@@ -229,7 +229,7 @@ class Keywords(Selector):
 class Statement(Selector):
     """The statement the prompt asks about: the line whose tokens match the prompt's rare words best (by the sum of
     :func:`keyword_matches` over the line; lines that tie with it too), and nothing more. Recomputing further lines
-    to fill the share lowered retrieval at 2048 tokens (docs/results.md): a sibling statement made native competes
+    to fill the share lowered retrieval at 2048 tokens (docs/results/retrieval.md): a sibling statement made native competes
     with the asked one. So the share only caps what this takes."""
 
     name: ClassVar[str] = "statement"
@@ -247,7 +247,7 @@ class Statement(Selector):
 class StatementTail(Selector):
     """:class:`Statement`'s line, then the most recent positions until the share is filled: the asked fact for
     retrieval, the recent context for what the receiver writes next (the tail alone lifts recovered the most of the
-    query-agnostic strategies: docs/results.md)."""
+    query-agnostic strategies: docs/results/retrieval.md)."""
 
     name: ClassVar[str] = "statement-tail"
 
