@@ -46,7 +46,7 @@ SEED = typer.Option(EvalArgs.seed, help="Seed: same seed, same result (on CPU)."
 # The hand-off's recompute (eval, bench): EvalArgs and BenchArgs share these defaults.
 RECOMPUTE = typer.Option(EvalArgs.recompute, help="Share of the context's mapped positions the receiver recomputes "
                          "natively after the map (0: pure transfer, 1: native prefill).")
-SELECT = typer.Option(EvalArgs.select, help="Which positions --recompute takes: content, digits, deviation, tail, "
+SELECT = typer.Option(EvalArgs.select, help="Which positions --recompute takes (default content): content, digits, deviation, tail, "
                       "chunk-start; statement, keywords, query and attention read the prompt (retrieval's question, bench's --query).")
 REPAIR_LAYERS = typer.Option(EvalArgs.repair_layers, help="The receiver's first layers recomputed for every position.")
 MAPPED_KEY_SCALE = typer.Option(EvalArgs.mapped_key_scale, help="Factor on the keys of the rows left mapped after the "
@@ -131,7 +131,7 @@ def eval_command(
     dtype: str = typer.Option(EvalArgs.dtype, help="Fidelity: model, cache and map dtype (float32, bfloat16, float16)."),
     map_dtype: Optional[str] = MAP_DTYPE,
     recompute: float = RECOMPUTE,
-    select: str = SELECT,
+    select: Optional[str] = SELECT,
     repair_layers: int = REPAIR_LAYERS,
     mapped_key_scale: float = MAPPED_KEY_SCALE,
     question_by: str = typer.Option(RetrievalArgs.question_by, help="Retrieval: who reads the question: receiver (the "
@@ -321,7 +321,7 @@ def bench_command(
     map_dtype: Optional[str] = MAP_DTYPE,
     pivot: Optional[str] = PIVOT,
     recompute: float = RECOMPUTE,
-    select: str = SELECT,
+    select: Optional[str] = SELECT,
     repair_layers: int = REPAIR_LAYERS,
     mapped_key_scale: float = MAPPED_KEY_SCALE,
     query: Optional[str] = typer.Option(None, help="The receiver's prompt, for --select statement, keywords, query or attention."),

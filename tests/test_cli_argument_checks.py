@@ -99,3 +99,11 @@ def test_repair_layers_beyond_the_receiver_is_refused_before_fitting():
 def test_bench_refuses_an_empty_query_for_a_prompt_reading_select():
     refused(hf_fold(*SMALL_BENCH, "--recompute", "0.1", "--select", "statement", "--query", ""),
             "--query '': --select statement reads the receiver's prompt")
+
+
+@pytest.mark.parametrize("command", [SMALL_EVAL, SMALL_BENCH, ["eval", "--task", "retrieval", "--lengths", "64"]],
+                         ids=["eval", "bench", "retrieval"])
+def test_a_select_without_a_share_is_refused_not_dropped(command):
+    """--select tail with --recompute 0 would silently run the pure transfer: each command says so, before any work."""
+    refused(hf_fold(*command, "--select", "tail"), "--select tail: chooses positions to recompute, but --recompute is 0",
+            "--recompute 0.12 --select tail")

@@ -12,7 +12,8 @@ from rich.table import Table
 from heterofold_hub.commands import conventions
 from heterofold_hub.io import output_problem
 from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
-from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.commands.transfer_args import TransferArgs
+from heterofold_hub.errors import UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ DEFAULT_CONTEXTS = "256,512,1024,2048,4096"
 
 
 @dataclass(kw_only=True)
-class BenchArgs:
+class BenchArgs(TransferArgs):
     """``hf-fold bench``'s arguments; the defaults here are the command line's."""
 
     sender: str | None = None  # None: the demo pair, both directions
@@ -37,27 +38,16 @@ class BenchArgs:
     dtype: str = "float32"
     map_dtype: str | None = None  # also time heterofold (and each package) with its maps' products in this dtype
     pivot: str | None = None  # "auto" or a model id: also time the composed path sender -> pivot -> receiver
-    recompute: float = 0.0  # share of mapped positions heterofold's hand-off also recomputes (timed beside the map)
-    select: str = "content"
-    repair_layers: int = 0
-    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped
     query: str | None = None  # the receiver's prompt, for selections that read one (query, attention)
     both_ways: bool = False  # also time receiver -> sender (with the adapter registered for that direction)
     adapters: list[Path] = field(default_factory=list)  # packages timed beside the methods, each a row named by its folder
 
-    def recompute_settings(self):
-        from heterofold_hub.transfer.config import TransferConfig
-
-        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                              mapped_key_scale=self.mapped_key_scale)
-
     def validate(self) -> None:
         problems = dtype_problems(self.dtype) + map_dtype_problems(self.map_dtype, self.dtype)
-        try:
-            settings = self.recompute_settings()
-        except HeteroFoldError as err:
-            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {err}")
-        else:
+        transfer = self.transfer_problems()
+        problems += transfer
+        if not transfer:
+            settings = self.transfer_config()
             from heterofold_hub.transfer.selects import needs_query
 
             if needs_query(settings.select) and settings.active and self.query is None:
@@ -317,7 +307,7 @@ def run_bench_command(args: BenchArgs, console: Console, messages: Console = con
         with progress_bar(console=messages) as bar:
             task = bar.add_task(f"timing {sender_id} -> {receiver_id}", total=len(args.contexts))
             result = run_bench(sender, receiver, adapters, texts, args.contexts, repeats=args.repeats,
-                               progress=lambda: bar.advance(task), recompute=args.recompute_settings(), query=args.query)
+                               progress=lambda: bar.advance(task), recompute=args.transfer_config(), query=args.query)
         result["provenance"] = made
         console.print(*results_tables(result))
         if args.adapters or narrow:

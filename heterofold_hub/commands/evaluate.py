@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from heterofold_hub.commands import conventions
 from heterofold_hub.io import output_problem
 from heterofold_hub.commands.placement import dtype_problems, map_dtype_problems, map_dtype_row, place, with_map_dtype
-from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.commands.transfer_args import TransferArgs
+from heterofold_hub.errors import UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ DEFAULT_METHODS = ("recolor", "kv-ridge", "dense-latent")
 
 
 @dataclass(kw_only=True)
-class EvalArgs:
+class EvalArgs(TransferArgs):
     """``hf-fold eval --task fidelity``'s arguments; the defaults here are the command line's."""
 
     sender: str = DEMO_PAIR[0]
@@ -41,16 +42,6 @@ class EvalArgs:
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
     dtype: str = "float32"  # models, caches and maps; adapters are fitted in fp32 first
     map_dtype: str | None = None  # also score each package row with its maps' products in this dtype
-    recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
-    select: str = "content"  # which positions (query-agnostic strategies: fidelity has no prompt)
-    repair_layers: int = 0  # receiver's first layers recomputed for every position
-    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped (1: unchanged)
-
-    def recompute_settings(self):
-        from heterofold_hub.transfer.config import TransferConfig
-
-        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                              mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -59,13 +50,13 @@ class EvalArgs:
         problems = shared_problems(self.sender, self.receiver, self.methods, self.adapters, registered=self.registered,
                                    pivot=self.pivot) + dtype_problems(self.dtype)
         problems += map_dtype_problems(self.map_dtype, self.dtype)
-        try:
-            settings = self.recompute_settings()
+        transfer = self.transfer_problems()
+        problems += transfer
+        if not transfer:
+            settings = self.transfer_config()
             if (needs_query(settings.select) or settings.select == "oracle") and settings.active:
                 problems.append(f"--select: {settings.select!r} needs a prompt or answer spans, which fidelity windows do "
                                 "not have; choose content, digits, deviation, tail or chunk-start")
-        except HeteroFoldError as bad:
-            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {bad}")
         problems += [p for p in (output_problem("--json", self.json_path),) if p]
         for flag, value, low in (("--context-tokens", self.context_tokens, 2), ("--continuation-tokens", self.continuation_tokens, 1),
                                  ("--windows", self.windows, 2), ("--calib-windows", self.calib_windows, 1), ("--batch-size", self.batch_size, 1)):
@@ -217,7 +208,7 @@ def run_eval(args: EvalArgs, console: Console, messages: Console = conventions.m
     adapters = with_map_dtype(adapters, list(scored.sources), args.map_dtype)
     held_out = make_windows(eval_texts, receiver, max_windows=args.windows, context_tokens=args.context_tokens,
                             continuation_tokens=args.continuation_tokens)
-    settings = args.recompute_settings()
+    settings = args.transfer_config()
     result = evaluate(sender, receiver, adapters, held_out, batch_size=args.batch_size,
                       recompute=settings if settings.active else None, data=args.data)
     result["calibration_windows"] = scored.calibration_windows

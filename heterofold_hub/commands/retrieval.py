@@ -12,7 +12,8 @@ from rich.table import Table
 
 from heterofold_hub.commands.evaluate import DEFAULT_METHODS
 from heterofold_hub.commands import conventions
-from heterofold_hub.errors import HeteroFoldError, UsageError
+from heterofold_hub.commands.transfer_args import TransferArgs
+from heterofold_hub.errors import UsageError
 from heterofold_hub.zoo import DEMO_PAIR
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def parse_lengths(value: str) -> list[int | str]:
 
 
 @dataclass(kw_only=True)
-class RetrievalArgs:
+class RetrievalArgs(TransferArgs):
     """``hf-fold eval --task retrieval``'s arguments; the defaults here are the command line's."""
 
     sender: str = DEMO_PAIR[0]
@@ -57,16 +58,6 @@ class RetrievalArgs:
     registered: bool = True  # with no --adapter, also score the adapter registry.json lists for the pair
     pivot: str | None = None  # "auto" or a model id: with no direct adapter, score the composed path
     question_by: str = "receiver"  # the hand-off: the receiver reads the question itself after the mapped cache
-    recompute: float = 0.0  # share of mapped positions the receiver recomputes natively after each map
-    select: str = "content"
-    repair_layers: int = 0
-    mapped_key_scale: float = 1.0  # factor on the keys of the rows left mapped
-
-    def recompute_settings(self):
-        from heterofold_hub.transfer.config import TransferConfig
-
-        return TransferConfig(recompute=self.recompute, select=self.select, repair_layers=self.repair_layers,
-                              mapped_key_scale=self.mapped_key_scale)
 
     def validate(self) -> None:
         """Every argument problem at once, phrased in flags (before any model is loaded)."""
@@ -77,15 +68,15 @@ class RetrievalArgs:
         if self.question_by not in ("receiver", "sender"):
             problems.append(f"--question-by: {self.question_by!r}; choose receiver (the hand-off: the receiver reads "
                             "its own question) or sender (the question is transferred with the context)")
-        try:
-            config = self.recompute_settings()
+        transfer = self.transfer_problems()
+        problems += transfer
+        if not transfer:
+            config = self.transfer_config()
             if config.reads_prompt and self.question_by != "receiver":
                 problems.append(f"--select {self.select}: reads the receiver's question, so it needs --question-by receiver")
             if config.select == "oracle":
                 problems.append("--select oracle: needs answer spans, which this command does not pass; use "
                                 "the harness's handoff stage (benchmarks/handoff.py) for the oracle")
-        except HeteroFoldError as bad:
-            problems.append(f"--recompute/--select/--repair-layers/--mapped-key-scale: {bad}")
         bad = [n for n in self.lengths if not isinstance(n, int) or n < MIN_LENGTH]
         if not self.lengths or bad:
             problems.append(f"--lengths: {', '.join(map(str, bad)) or 'none given'}: give comma-separated receiver "
@@ -214,7 +205,7 @@ def run_retrieval(args: RetrievalArgs, console: Console, messages: Console = con
     scored = scored_adapters(args, sender, receiver, calib_texts)
     made = provenance(scored.records)  # before scoring: the commit it records is the code that ran
     result = evaluate_retrieval(sender, receiver, scored.adapters, prompts, batch_size=args.batch_size,
-                                question_by=args.question_by, recompute=args.recompute_settings())
+                                question_by=args.question_by, recompute=args.transfer_config())
     result.update(seed=args.seed, data=args.data, calib_data=args.calib_data,
                   calibration_windows=scored.calibration_windows, adapters=scored.sources, provenance=made)
     result = _json_safe(result)
