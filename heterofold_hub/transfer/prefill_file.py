@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -84,6 +85,13 @@ def _layer_record(layer) -> dict:
     return {"type": kind, "sliding_window": layer.sliding_window, "cumulative_length": layer.cumulative_length}
 
 
+def _library_version() -> str | None:
+    try:
+        return version("heterofold-hub")
+    except PackageNotFoundError:
+        return None
+
+
 def _crc32(tensors: dict[str, torch.Tensor]) -> str:
     crc = 0
     for name in sorted(tensors):
@@ -115,10 +123,8 @@ def save(prefill, path: str | Path, *, dtype: torch.dtype | None = None) -> Path
         tensors[f"offsets.{row}"] = offsets.to("cpu", torch.int64).contiguous()
     if prefill.surprisal is not None:
         tensors["surprisal"] = prefill.surprisal.to("cpu", torch.float32).contiguous()
-    from heterofold_hub import __version__
-
     metadata = {
-        "format": FORMAT, "format_version": str(FORMAT_VERSION), "heterofold_version": __version__,
+        "format": FORMAT, "format_version": str(FORMAT_VERSION), "heterofold_version": _library_version(),
         "texts": json.dumps(prefill.texts, ensure_ascii=False),
         "text_sha256": json.dumps([text_sha256(t) for t in prefill.texts]),
         "token_sha256": json.dumps(prefill.digests()),
@@ -165,13 +171,11 @@ def _read(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return metadata, tensors
 
 
-def load(path: str | Path, *, sender=None):
-    """The :class:`SenderPrefill` saved at ``path`` (a file, or a folder holding ``sender_prefill.safetensors``),
-    its K/V back in the dtype it had when saved. ``sender``: the side the receiver maps from; a prefill made by
-    another model is refused (:class:`PairMismatchError`). Other problems raise :class:`IntegrityError` naming the
-    file and the fix."""
-    from heterofold_hub.transfer.sender import SenderPrefill, token_digest  # noqa: PLC0415 (sender imports us)
-
+def load(cls, path: str | Path, *, sender=None):
+    """The ``cls`` (:class:`~heterofold_hub.transfer.sender.SenderPrefill`, which imports this module) saved at
+    ``path`` (a file, or a folder holding ``sender_prefill.safetensors``), its K/V back in the dtype it had when
+    saved. ``sender``: the side the receiver maps from; a prefill made by another model is refused
+    (:class:`PairMismatchError`). Other problems raise :class:`IntegrityError` naming the file and the fix."""
     path = file_of(path)
     metadata, tensors = _read(path)
     try:
@@ -208,11 +212,11 @@ def load(path: str | Path, *, sender=None):
     layers = [(tensors[f"layers.{i}.keys"].to(kept), tensors[f"layers.{i}.values"].to(kept))
               for i in range(len(records))]
     offsets = [tensors[f"offsets.{row}"] for row in range(len(texts))]
-    prefill = SenderPrefill(cache=_rebuild(layers, records), texts=texts, input_ids=ids, attention_mask=mask,
+    prefill = cls(cache=_rebuild(layers, records), texts=texts, input_ids=ids, attention_mask=mask,
                             offsets=offsets, surprisal=tensors.get("surprisal"), sender=made_by,
                             wire_dtype=None if wire is kept else metadata["wire_dtype"])
-    for row in range(len(texts)):
-        if token_digest(prefill.row_ids(row)) != token_digests[row] or len(offsets[row]) != int(mask[row].sum()):
+    for row, digest in enumerate(prefill.digests()):
+        if digest != token_digests[row] or len(offsets[row]) != int(mask[row].sum()):
             raise _refuse(path, f"the tokens of row {row} do not match their recorded digest")
     return prefill
 

@@ -26,6 +26,7 @@ from transformers import DynamicCache
 
 from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError
+from heterofold_hub.transfer import prefill_file
 from heterofold_hub.transfer.kvcache import LayerKV, cache_layers, full_cache
 
 SURPRISAL_CHUNK = 256  # positions per LM-head chunk: a 262k-vocabulary head over 2048 positions would be GBs
@@ -59,9 +60,7 @@ class SenderPrefill:
         """Write this prefill as one safetensors file, atomically: ``path`` ending in ``.safetensors`` is the file,
         any other path a folder that receives ``sender_prefill.safetensors``. ``dtype``: the K/V dtype on the wire
         (``torch.bfloat16`` halves a float32 cache; :meth:`from_pretrained` casts back). Returns the file written."""
-        from heterofold_hub.transfer.prefill_file import save  # noqa: PLC0415 (prefill_file imports this module)
-
-        return save(self, path, dtype=dtype)
+        return prefill_file.save(self, path, dtype=dtype)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, sender: Side | None = None) -> "SenderPrefill":
@@ -69,9 +68,7 @@ class SenderPrefill:
         when saved. ``sender``: the side the receiver maps from; a file made by another model raises
         :class:`~heterofold_hub.errors.PairMismatchError`. A truncated, corrupted or unknown-version file raises
         :class:`~heterofold_hub.errors.IntegrityError` naming the file and the fix."""
-        from heterofold_hub.transfer.prefill_file import load  # noqa: PLC0415
-
-        return load(path, sender=sender)
+        return prefill_file.load(cls, path, sender=sender)
 
     @property
     def layers(self) -> list[LayerKV]:
@@ -156,9 +153,7 @@ def check_sender(prefill: SenderPrefill, side: Side) -> None:
     ``side``'s, and its revision too when both are known (a GGUF's sha256, a Hub commit), else its id."""
     if prefill.sender is None:
         return
-    from heterofold_hub.transfer.prefill_file import sender_problem  # noqa: PLC0415
-
-    problem = sender_problem(prefill.sender, side)
+    problem = prefill_file.sender_problem(prefill.sender, side)
     if problem is not None:
         raise PairMismatchError(f"This sender prefill is not a cache of the pair's sender: {problem}. Prefill with the "
                                 "sender this adapter maps from, or load the pair of the model that made it.")
