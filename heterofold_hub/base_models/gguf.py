@@ -127,6 +127,16 @@ def _packaged_file(source: PackagedGGUF, workdir: Path) -> Path:
     return joined
 
 
+def gguf_chat_template(path: Path) -> str | None:
+    """The chat template a GGUF file carries (its ``tokenizer.chat_template``), else None. The converted folder keeps
+    it (``chat_template.jinja``): SmolLM2-135M-Instruct's GGUF has one; the Gemma 3 270M GGUF (the pretrained model)
+    has none, so its converted tokenizer has none either."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.chat_template")
+    return None if field is None else bytes(field.parts[field.data[0]]).decode()
+
+
 def gguf_architecture(path: Path) -> str:
     """The transformers ``model_type`` of a GGUF file, read from its header; refuses unsupported ones."""
     try:
@@ -227,6 +237,9 @@ def _write_conversion(path: Path, folder: Path, where: dict, *, model_type: str,
                                            f"({type(err).__name__}: {err}).") from err
     if text_start is not None:
         _start_texts_with(tokenizer, text_start)
+    template = gguf_chat_template(path)
+    if template is not None and getattr(tokenizer, "chat_template", None) != template:
+        tokenizer.chat_template = template  # kept verbatim, whatever transformers' GGUF reader does with it
     # A GGUF-loaded model refuses save_pretrained while it carries the GGUF quantizer; its weights are already
     # dequantized floats, so dropping the quantizer saves them as they are.
     model.hf_quantizer = None
@@ -260,7 +273,8 @@ def _start_texts_with(tokenizer, token: str) -> None:
 
 def _check_tokenizer_round_trip(original, folder: Path, path: Path) -> None:
     """The saved tokenizer must tokenize exactly as the GGUF's (ids and offsets): a tokenizer can reload into a
-    different tokenization (seen with Unigram models), which would silently misalign every transfer."""
+    different tokenization (seen with Unigram models), which would silently misalign every transfer. Its chat template
+    must come back too."""
     from transformers import AutoTokenizer
 
     reloaded = AutoTokenizer.from_pretrained(str(folder))
@@ -270,6 +284,9 @@ def _check_tokenizer_round_trip(original, folder: Path, path: Path) -> None:
         raise HeteroFoldError(f"The tokenizer converted from {path} does not reload into the same tokenization "
                               f"({len(want['input_ids'])} vs {len(got['input_ids'])} tokens on a probe text); "
                               "refusing to use it. Report this with `hf-fold env`.")
+    if getattr(original, "chat_template", None) != getattr(reloaded, "chat_template", None):
+        raise HeteroFoldError(f"The tokenizer converted from {path} does not reload with the chat template it was "
+                              "saved with; refusing to use it. Report this with `hf-fold env`.")
 
 
 def revision_of(folder: str | Path) -> str | None:

@@ -16,7 +16,7 @@ from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_posit
 from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.selects import needs_surprisal
 from heterofold_hub.transfer.recompute import recomputed_layers
-from heterofold_hub.transfer.sender import SenderPrefill, as_texts
+from heterofold_hub.transfer.sender import SenderPrefill, as_texts, check_sender
 from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity, side_identity, text_digest
 
 
@@ -132,11 +132,14 @@ class TransferPipeline:
         return self._adapter_identity
 
     def _result(self, cache, plan: TransferPlan, sender_layers: list[LayerKV], config: TransferConfig,
-                recompute: dict | None = None, read: dict | None = None) -> TransferResult:
+                recompute: dict | None = None, read: dict | None = None, *, wire: str | None = None) -> TransferResult:
         """``recompute``: the record of what was recomputed (None: nothing); ``read``: what the recompute read
-        beyond the plan (digests of the prompt or spans, whether the sender's surprisal was there)."""
+        beyond the plan (digests of the prompt or spans, whether the sender's surprisal was there); ``wire``: the
+        narrower dtype a loaded prefill's K/V travelled in (they were rounded to it), else None."""
         dtypes = {"receiver": str(self.receiver.model.dtype), "map": str(self.adapter.compute_dtype),
                   "sender_cache": str(sender_layers[0][0].dtype)}
+        if wire is not None:
+            dtypes["sender_wire"] = wire
         made = identity(kind="mapped", receiver=self.receiver, sender=self.sender, adapter=self.adapter_identity,
                         input_ids=plan.input_ids, attention_mask=plan.attention_mask, recompute=recompute,
                         dtypes=dtypes, read=read)
@@ -184,6 +187,7 @@ class TransferPipeline:
         texts = None if texts is None else as_texts(texts)
         if prefill is not None:
             _check_rows(prefill, texts if texts is not None else plan.texts)
+            check_sender(prefill, self.sender)
         plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
@@ -200,10 +204,12 @@ class TransferPipeline:
             _check_spans(spans, plan.texts)
         dtype = self.receiver.model.dtype
         if not config.active:
-            return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan, layers, config)
+            return self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan, layers, config,
+                                wire=getattr(prefill, "wire_dtype", None))
         if queries is None and config.reads_prompt:
             pure = self._result(map_cache(self.adapter, plan, layers, dtype=dtype), plan, layers, config,
-                                {**config.to_dict(), "share": 0.0, "deferred": True})
+                                {**config.to_dict(), "share": 0.0, "deferred": True},
+                                wire=getattr(prefill, "wire_dtype", None))
             pure.deferred = DeferredRecompute(self, sender_cache, plan, config, mapped=pure.cache)
             return pure
         return self._recomputed(sender_cache, plan, config, query=queries, spans=spans)
@@ -224,7 +230,8 @@ class TransferPipeline:
             query=query, spans=spans, texts=plan.texts)
         cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
         read = what_was_read(config, query, spans, surprisal)
-        return self._result(cache, plan, layers, config, {**config.to_dict(), "share": choice.share}, read)
+        return self._result(cache, plan, layers, config, {**config.to_dict(), "share": choice.share}, read,
+                            wire=getattr(prefill, "wire_dtype", None))
 
     def generate(self, result: TransferResult, *, prompt: str | list[str] | None = None, **kwargs) -> torch.Tensor:
         """``receiver.generate`` continuing from a transferred cache, the receiver first reading ``prompt`` itself

@@ -33,7 +33,7 @@ from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.identity import row_digests, side_identity
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache, cache_layers, check_cache, view_of
-from heterofold_hub.transfer.sender import SenderPrefill, as_texts
+from heterofold_hub.transfer.sender import SenderPrefill, as_texts, check_sender
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,13 @@ def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
     plan = mapper.plan(segment.prefill.texts, mapped_start=start)
     native = plan.alignment.native_prefix
     _check_rows(segment.prefill, plan.texts)
+    check_sender(segment.prefill, mapper.sender)
     layers = cache_layers(segment.prefill.cache)
     check_cache(layers, mapper.sender.spec, who="sender", model_id=mapper.sender.name)
     mapped = map_every_position(mapper.adapter, plan, layers, dtype=pipeline.receiver.model.dtype)
     part = {"segment": "mapped", "adapter": mapper.adapter_identity, "sender": side_identity(mapper.sender),
-            "config": chosen.to_dict(), "sender_tokens": segment.prefill.digests()}
+            "config": chosen.to_dict(), "sender_tokens": segment.prefill.digests(),
+            "sender_wire": segment.prefill.wire_dtype}
     choice = None
     if chosen.active:
         if chosen.repair_layers or chosen.select_name in ("deviation", "oracle"):

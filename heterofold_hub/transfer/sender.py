@@ -8,18 +8,25 @@ window), the texts are tokenized as the plan tokenizes them (special prefix incl
 ``<|endoftext|>``), and the token ids of each row are kept beside the cache, so a transfer can check that the cache
 belongs to the texts it is given. ``surprisal=True`` also returns each token's surprisal under the sender (a cheap
 signal of content worth recomputing: names, numbers, identifiers).
+
+A prefill travels as one safetensors file (:mod:`heterofold_hub.transfer.prefill_file`): ``prefill.save_pretrained(
+path)`` on the sender's side, ``SenderPrefill.from_pretrained(path, sender=side)`` on the receiver's; the texts, the
+model that made it and digests of both go with the cache, so ``transfer`` refuses another text as it does in-process.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache
 
 from heterofold_hub.base_models.loading import Side, cache_only, encode
-from heterofold_hub.errors import AlignmentError, HeteroFoldError
+from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError
+from heterofold_hub.transfer import prefill_file
 from heterofold_hub.transfer.kvcache import LayerKV, cache_layers, full_cache
 
 SURPRISAL_CHUNK = 256  # positions per LM-head chunk: a 262k-vocabulary head over 2048 positions would be GBs
@@ -33,7 +40,11 @@ class SenderPrefill:
     - ``input_ids`` / ``attention_mask`` ``[B, Ts]``: the sender tokens of each row (right-padded);
     - ``offsets``: per row, character offsets ``[T_b, 2]`` of its tokens;
     - ``surprisal`` ``[B, Ts]`` (or None): ``-log p(token | tokens before)`` in nats under the sender (0 at a row's
-      first token and at padding).
+      first token and at padding);
+    - ``sender`` (or None): the model that made it, ``{"id", "revision", "spec"}`` (set by :func:`prefill_sender`);
+      a transfer from another sender is refused;
+    - ``wire_dtype`` (or None): set by :meth:`from_pretrained` when the K/V travelled in a narrower dtype than they
+      have now (``"bfloat16"``): the values were rounded to it, and a transfer's identity records it.
     """
 
     cache: DynamicCache
@@ -42,6 +53,22 @@ class SenderPrefill:
     attention_mask: torch.Tensor
     offsets: list[torch.Tensor]
     surprisal: torch.Tensor | None = None
+    sender: dict | None = None
+    wire_dtype: str | None = None
+
+    def save_pretrained(self, path: str | os.PathLike, *, dtype: torch.dtype | None = None) -> Path:
+        """Write this prefill as one safetensors file, atomically: ``path`` ending in ``.safetensors`` is the file,
+        any other path a folder that receives ``sender_prefill.safetensors``. ``dtype``: the K/V dtype on the wire
+        (``torch.bfloat16`` halves a float32 cache; :meth:`from_pretrained` casts back). Returns the file written."""
+        return prefill_file.save(self, path, dtype=dtype)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, sender: Side | None = None) -> "SenderPrefill":
+        """The prefill :meth:`save_pretrained` wrote at ``path`` (the file, or its folder), K/V in the dtype they had
+        when saved. ``sender``: the side the receiver maps from; a file made by another model raises
+        :class:`~heterofold_hub.errors.PairMismatchError`. A truncated, corrupted or unknown-version file raises
+        :class:`~heterofold_hub.errors.IntegrityError` naming the file and the fix."""
+        return prefill_file.load(cls, path, sender=sender)
 
     @property
     def layers(self) -> list[LayerKV]:
@@ -113,7 +140,23 @@ def prefill_sender(sender: Side, texts: str | list[str], *, surprisal: bool = Fa
     out, hidden = _forward(model, ids.to(device), mask.to(device), catch_hidden=surprisal)
     scores = surprisal_from_hidden(model, hidden, ids.to(device), mask.to(device)).cpu() if surprisal else None
     return SenderPrefill(cache=out.cache, texts=texts, input_ids=ids, attention_mask=mask, offsets=offsets,
-                         surprisal=scores)
+                         surprisal=scores, sender=sender_record(sender))
+
+
+def sender_record(side: Side) -> dict:
+    """What a prefill records of the model that made it: ``{"id", "revision", "spec"}``."""
+    return {"id": side.name, "revision": side.revision, "spec": side.spec.to_dict()}
+
+
+def check_sender(prefill: SenderPrefill, side: Side) -> None:
+    """Refuse a prefill made by another model than ``side`` (when it records its maker): its KV layout must be
+    ``side``'s, and its revision too when both are known (a GGUF's sha256, a Hub commit), else its id."""
+    if prefill.sender is None:
+        return
+    problem = prefill_file.sender_problem(prefill.sender, side)
+    if problem is not None:
+        raise PairMismatchError(f"This sender prefill is not a cache of the pair's sender: {problem}. Prefill with the "
+                                "sender this adapter maps from, or load the pair of the model that made it.")
 
 
 def _forward(model, ids: torch.Tensor, mask: torch.Tensor, *, catch_hidden: bool):
