@@ -25,7 +25,8 @@ import gen_catalogue  # noqa: E402
 from gen_tables import FILES_URL  # noqa: E402
 
 ASSETS = "assets"
-ROOT_FILES = {"registry.json": "registry.json", "LICENSE": "LICENSE.txt", "NOTICE": "NOTICE.txt"}
+ROOT_FILES = {"registry.json": "registry.json", "LICENSE": "LICENSE.txt", "NOTICE": "NOTICE.txt",
+              "examples/two_agents.py": "examples/two_agents.py"}
 CLI_PLACEHOLDER = """# CLI conventions
 
 This page is written with the command-line work and is not in this build yet. Until then, `hf-fold COMMAND --help`

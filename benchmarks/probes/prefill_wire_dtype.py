@@ -7,7 +7,7 @@ Reported: bytes per 1K sender tokens of each file (measured on a 1024-token file
 fidelity (recovered, KL against native prefill, top-1 agreement), plus KL(float32 wire || bfloat16 wire) and top-1
 agreement between the two, with standard errors over windows.
 
-    python benchmarks/probes/prefill_wire_dtype.py --windows 16 --out benchmarks/results/probe-prefill-wire-dtype.json
+    python benchmarks/probes/prefill_wire_dtype.py --windows 16 --out benchmarks/results/real/probe-prefill-wire-dtype.json
 """
 
 from __future__ import annotations

@@ -38,9 +38,14 @@ from heterofold_hub.transfer.sender import SenderPrefill, as_texts, check_sender
 
 @dataclass(frozen=True)
 class Native:
-    """Text the receiver reads itself (``text``: template scaffolding, a system prompt, notes, a question)."""
+    """Text the receiver reads itself (``text``: template scaffolding, a system prompt, notes, a question).
+
+    ``special_tokens``: whether the receiver's tokenizer adds its own special tokens (BOS) when this is the first
+    segment; False for text that writes them itself (a rendered chat template starts with ``<bos>`` or
+    ``<|im_start|>``)."""
 
     text: str
+    special_tokens: bool = True
 
     def __post_init__(self):
         as_texts(self.text, "native segment")
@@ -69,6 +74,20 @@ class Mapped:
     @property
     def text(self) -> str:
         return self.prefill.texts[0]
+
+
+def chat(receiver, prefill: SenderPrefill, *, role: str = "user", system: str | None = None,
+         history: list[dict] | None = None, chat_template: str | None = None, via=None) -> list:
+    """The segments of ``prefill``'s text handed over as one message of the receiver's chat template (a ``role``
+    turn after an optional ``system`` prompt and earlier ``history`` turns, then the generation prompt): the
+    template's scaffolding native, the message mapped (see :func:`~heterofold_hub.transfer.templates.chat_segments`).
+    ``via``: the pair that maps it (see :class:`Mapped`)."""
+    from heterofold_hub.transfer.templates import chat_segments  # noqa: PLC0415
+
+    pieces = chat_segments(receiver, prefill.texts[0], role=role, system=system, history=history,
+                           chat_template=chat_template)
+    return [Mapped(prefill, via=via) if kind == "content" else Native(text, special_tokens=False)
+            for kind, text in pieces]
 
 
 def compose(pipeline, segments, *, config: TransferConfig | None = None, query: str | None = None):
@@ -135,7 +154,7 @@ def _extend(pipeline, result, segment, *, config, query):
             if made.deferred is not None:
                 raise HeteroFoldError(_QUERY_NEEDED)
             return _with_segments(made, [made.identity | {"segment": "mapped"}], receiver)
-        ids = encode(receiver.tokenizer, segment.text)[0]
+        ids = encode(receiver.tokenizer, segment.text, add_special_tokens=segment.special_tokens)[0]
         layers, tokens = _read_natively(receiver, None, ids[:-1], start=0)
         return _result(receiver, layers, tokens, ids, [_native_identity(ids)])
     ids = result.input_ids[0]
