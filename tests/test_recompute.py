@@ -17,7 +17,7 @@ from heterofold_hub.transfer.fast import map_every_position
 from heterofold_hub.transfer.kvcache import build_cache, cache_layers
 from heterofold_hub.transfer.pipeline import TransferPipeline, native_prefill
 from heterofold_hub.transfer.config import TransferConfig
-from heterofold_hub.transfer.recompute import recomputed_layers
+from heterofold_hub.transfer.recompute import apply_recompute, choose_before_map, selection_inputs, window_rows
 from heterofold_hub.transfer.selection import (SELECTORS, ChunkStart, Deviation, Digits, SelectionInputs, choose,
                                               spread_back, spread_in_line)
 from heterofold_hub.transfer.sender import prefill_sender
@@ -174,18 +174,17 @@ def test_sliding_layers_map_only_the_windows_a_recompute_reads(bpe, unigram):
     prefill = prefill_sender(pipe.sender, CONTEXTS)
     plan, layers = pipe.plan(CONTEXTS), cache_layers(prefill.cache)
     spans = [[(40, 43), (80, 83)], [(30, 33)]]  # a few tokens mid-context, far from the final window and each other
-    asked = []
-
-    def mapped(needed, honour):
-        asked.append(needed)
-        return map_every_position(pipe.adapter, plan, layers, dtype=torch.float32, needed=needed if honour else None)
-
-    kw = dict(receiver=pipe.receiver, sender=pipe.sender, alignment=plan.alignment, sender_layers=layers,
-              sender_mask=prefill.attention_mask, surprisal=None, query=None, spans=spans, texts=CONTEXTS)
     settings = TransferConfig(select="oracle")
-    part, choice = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, True), **kw)
-    full, again = recomputed_layers(settings, map_rows=lambda needed: mapped(needed, False), **kw)
-    needed, windows = asked[0], pipe.receiver.spec.windows
+    selector, inputs = selection_inputs(settings, receiver=pipe.receiver, sender=pipe.sender, alignment=plan.alignment,
+                                        sender_layers=layers, sender_mask=prefill.attention_mask, surprisal=None,
+                                        query=None, spans=spans, texts=CONTEXTS)
+    choice = choose_before_map(selector, inputs, plan.alignment, settings)
+    windows = pipe.receiver.spec.windows
+    needed = window_rows(choice, plan.cache_tokens, windows)
+    run = lambda rows: apply_recompute(settings, selector, inputs, receiver=pipe.receiver, alignment=plan.alignment,  # noqa: E731
+                                       working=map_every_position(pipe.adapter, plan, layers, dtype=torch.float32,
+                                                                  needed=rows), choice=choice)
+    (part, _), (full, again) = run(needed), run(None)
     kept = max(w for w in windows if w is not None)  # a sliding layer's cache keeps this many last positions
     assert torch.equal(choice.index, again.index)
     want = torch.zeros_like(needed)

@@ -9,7 +9,7 @@ from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, keep_logits
 from heterofold_hub.transfer.reference import assemble, native_prefix_kv
 from heterofold_hub.transfer.batches import Batch
-from heterofold_hub.transfer.recompute import recomputed_layers
+from heterofold_hub.transfer.recompute import apply_recompute, choose_before_map, selection_inputs
 
 
 def native_logits(receiver: Side, batch: Batch) -> torch.Tensor:
@@ -37,9 +37,11 @@ def transferred_logits(adapter: PairAdapter, receiver: Side, batch: Batch, *, re
     layers = assemble(adapter, batch.features, alignment, receiver.rope, native, dtype=model.dtype)
     if recompute is not None and recompute.active:
         mapped = [(k.detach(), v.detach()) for k, v in layers]  # the reference path maps every row anyway
-        layers, _ = recomputed_layers(recompute, receiver=receiver, sender=None, alignment=alignment,
-                                      map_rows=lambda needed: mapped, sender_layers=[],
-                                      sender_mask=None, surprisal=batch.surprisal, query=None, spans=None, texts=None)
+        selector, inputs = selection_inputs(recompute, receiver=receiver, sender=None, alignment=alignment,
+                                            sender_layers=[], sender_mask=None, surprisal=batch.surprisal, query=None,
+                                            spans=None, texts=None)
+        layers, _ = apply_recompute(recompute, selector, inputs, receiver=receiver, alignment=alignment,
+                                    working=mapped, choice=choose_before_map(selector, inputs, alignment, recompute))
     steps = batch.query.shape[1]
     positions = alignment.receiver_positions[:, -1:] + 1 + torch.arange(steps)
     mask = torch.cat([alignment.attention_mask, torch.ones_like(batch.query)], dim=1)

@@ -15,7 +15,7 @@ from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.selects import needs_surprisal
-from heterofold_hub.transfer.recompute import recomputed_layers
+from heterofold_hub.transfer.recompute import apply_recompute, choose_before_map, selection_inputs, window_rows
 from heterofold_hub.transfer.sender import SenderPrefill, as_texts, check_sender
 from heterofold_hub.transfer.identity import adapter_digest, cache_key, identity, side_identity, text_digest
 
@@ -77,7 +77,7 @@ class DeferredRecompute:
             getattr(layer, "cumulative_length", keys.shape[2]) == tokens and keys.shape[2] <= tokens
             for layer, (keys, _) in zip(self.mapped.layers, layers))
         query = _per_row(prompt, self.plan.batch_size, "prompt")
-        return self.pipeline._recomputed(self.sender_cache, self.plan, self.config, query=query,
+        return self.pipeline.recomputed(self.sender_cache, self.plan, self.config, query=query,
                                          mapped=layers if untouched else None)
 
 
@@ -212,9 +212,9 @@ class TransferPipeline:
                                 wire=getattr(prefill, "wire_dtype", None))
             pure.deferred = DeferredRecompute(self, sender_cache, plan, config, mapped=pure.cache)
             return pure
-        return self._recomputed(sender_cache, plan, config, query=queries, spans=spans)
+        return self.recomputed(sender_cache, plan, config, query=queries, spans=spans)
 
-    def _recomputed(self, sender_cache, plan: TransferPlan, config: TransferConfig, *,
+    def recomputed(self, sender_cache, plan: TransferPlan, config: TransferConfig, *,
                     query: list[str] | None = None, spans=None, mapped: list[LayerKV] | None = None) -> TransferResult:
         """The mapped cache with ``config``'s recompute applied; ``mapped``: layers already mapped of this plan
         (a pure transfer's), which the working cache starts from."""
@@ -222,12 +222,15 @@ class TransferPipeline:
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         dtype = self.receiver.model.dtype
         surprisal = None if prefill is None else prefill.surprisal
-        working, choice = recomputed_layers(
+        selector, inputs = selection_inputs(
             config, receiver=self.receiver, sender=self.sender, alignment=plan.alignment, sender_layers=layers,
-            map_rows=lambda needed: map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed,
-                                                       mapped=mapped),
-            sender_mask=None if prefill is None else prefill.attention_mask, surprisal=surprisal,
-            query=query, spans=spans, texts=plan.texts)
+            sender_mask=None if prefill is None else prefill.attention_mask, surprisal=surprisal, query=query,
+            spans=spans, texts=plan.texts)
+        choice = choose_before_map(selector, inputs, plan.alignment, config)
+        needed = None if choice is None else window_rows(choice, plan.cache_tokens, self.receiver.spec.windows)
+        working = map_every_position(self.adapter, plan, layers, dtype=dtype, needed=needed, mapped=mapped)
+        working, choice = apply_recompute(config, selector, inputs, receiver=self.receiver, alignment=plan.alignment,
+                                          working=working, choice=choice)
         cache = build_cache(working, windows=self.receiver.spec.windows, tokens=plan.cache_tokens)
         read = what_was_read(config, query, spans, surprisal)
         return self._result(cache, plan, layers, config, {**config.to_dict(), "share": choice.share}, read,

@@ -24,7 +24,6 @@ lowers what the receiver writes next (docs/results/probes.md, "Mapped keys scale
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
@@ -190,47 +189,42 @@ def native_first_layers(model, ids: torch.Tensor, attention_mask: torch.Tensor, 
     return [(layer.keys, layer.values) for layer in cache.layers[:count]]
 
 
+def choose_before_map(selector: Selector, inputs: SelectionInputs, alignment, config: TransferConfig) -> Choice | None:
+    """The positions ``config`` recomputes, chosen before the map so that sliding-window layers map only the windows
+    the recompute reads (:func:`window_rows`); None when ``selector`` reads the mapped first layer and so chooses
+    after the map (:func:`apply_recompute`)."""
+    return None if "first_layer" in selector.needs else _choice(selector, inputs, alignment, config)
+
+
+def _choice(selector: Selector, inputs: SelectionInputs, alignment, config: TransferConfig) -> Choice:
+    rows = alignment.receiver_ids.shape[0]
+    fraction = None if selector.name == "oracle" else config.recompute
+    if fraction == 0:
+        return Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
+    return choose(selector.scores(inputs), alignment.mapped_mask, fraction, positive_only=not selector.fills_share)
+
+
 @torch.no_grad()
-def recomputed_layers(settings: TransferConfig, *, receiver, sender, alignment,
-                      map_rows: Callable[[torch.Tensor | None], list[LayerKV]], sender_layers: list[LayerKV],
-                      sender_mask: torch.Tensor | None, surprisal: torch.Tensor | None, query: list[str] | None,
-                      spans: list[list[tuple[int, int]]] | None, texts: list[str] | None) -> tuple[list[LayerKV], Choice]:
-    """The working cache (every position, ``[B, Hr, Tr, Dr]`` per layer, over ``alignment``'s receiver tokens) with
-    ``settings`` applied: first layers repaired, then the chosen positions recomputed.
+def apply_recompute(config: TransferConfig, selector: Selector, inputs: SelectionInputs, *, receiver, alignment,
+                    working: list[LayerKV], choice: Choice | None) -> tuple[list[LayerKV], Choice]:
+    """``working`` (the mapped cache, every position, ``[B, Hr, Tr, Dr]`` per layer over ``alignment``'s receiver
+    tokens; sliding layers at least at the rows :func:`window_rows` of ``choice`` names) with ``config`` applied:
+    first layers repaired, the chosen positions recomputed (``choice``, or chosen now when it is None), the keys of
+    the rows left mapped scaled. Returns the working cache and the choice.
 
-    ``map_rows(needed)`` maps the sender cache into it, sliding-window layers only at the ``[B, Tr]`` rows
-    ``needed`` (every row for None). Positions are chosen before the map unless the strategy reads the mapped
-    first layer, so sliding layers map only the windows the recompute attends to and the final cache keeps.
-    ``sender_mask`` ``[B, Ts]`` and ``surprisal`` ``[B, Ts]`` come from the sender's prefill; ``query``, ``spans``
-    and ``texts`` are needed by the strategies that read them."""
-    selector, inputs = selection_inputs(settings, receiver=receiver, sender=sender, alignment=alignment,
-                                        sender_layers=sender_layers, sender_mask=sender_mask, surprisal=surprisal,
-                                        query=query, spans=spans, texts=texts)
-    model, rows, columns = receiver.model, alignment.receiver_ids.shape[0], alignment.receiver_ids.shape[1]
-    fraction = None if selector.name == "oracle" else settings.recompute
-
-    def chosen() -> Choice:
-        if fraction == 0:
-            return Choice(torch.zeros((rows, 0), dtype=torch.long), torch.zeros((rows, 0), dtype=torch.bool))
-        return choose(selector.scores(inputs), alignment.mapped_mask, fraction, positive_only=not selector.fills_share)
-
-    first = max(settings.repair_layers, 1 if "first_layer" in selector.needs else 0)
-    choice = None
-    if "first_layer" not in selector.needs:  # choose first: the map then skips rows no window reads
-        choice = chosen()
-        working = map_rows(window_rows(choice, columns, receiver.spec.windows))
-    else:
-        working = map_rows(None)
+    The caller maps (:func:`~heterofold_hub.transfer.fast.map_every_position`) between
+    :func:`choose_before_map` and this, so this module never calls back into the pipeline."""
+    first = max(config.repair_layers, 1 if "first_layer" in selector.needs else 0)
     if first:
-        native = native_first_layers(model, alignment.receiver_ids, alignment.attention_mask, first)
+        native = native_first_layers(receiver.model, alignment.receiver_ids, alignment.attention_mask, first)
         inputs.native_first, inputs.mapped_first = native, working[:first]
         working = [(k.to(working[0][0].dtype), v.to(working[0][0].dtype)) for k, v in native] + working[first:]
-    choice = choice or chosen()
+    choice = choice or _choice(selector, inputs, alignment, config)
     windows = [None if w is None else w + 1 for w in receiver.spec.windows]
-    working = recompute(model, working, alignment.receiver_ids, alignment.attention_mask, choice.index, choice.valid,
-                        windows=windows)
-    if settings.mapped_key_scale != 1:
-        scale_mapped_keys(working, still_mapped(alignment.mapped_mask, choice), settings.mapped_key_scale)
+    working = recompute(receiver.model, working, alignment.receiver_ids, alignment.attention_mask, choice.index,
+                        choice.valid, windows=windows)
+    if config.mapped_key_scale != 1:
+        scale_mapped_keys(working, still_mapped(alignment.mapped_mask, choice), config.mapped_key_scale)
     return working, choice
 
 

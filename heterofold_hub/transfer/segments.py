@@ -196,8 +196,8 @@ def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
     or None)."""
     from heterofold_hub.transfer.fast import map_every_position  # noqa: PLC0415 (the model stack)
     from heterofold_hub.transfer.pipeline import _check_rows, what_was_read  # noqa: PLC0415
-    from heterofold_hub.transfer.recompute import selection_inputs  # noqa: PLC0415
-    from heterofold_hub.transfer.selection import Choice, choose  # noqa: PLC0415
+    from heterofold_hub.transfer.recompute import choose_before_map, selection_inputs  # noqa: PLC0415
+    from heterofold_hub.transfer.selection import Choice  # noqa: PLC0415
 
     mapper = _mapper(pipeline, segment)
     chosen = segment.config or config or TransferConfig()
@@ -225,8 +225,7 @@ def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
                                             sender_mask=segment.prefill.attention_mask,
                                             surprisal=segment.prefill.surprisal, query=queries, spans=None,
                                             texts=plan.texts)
-        made = choose(selector.scores(inputs), plan.alignment.mapped_mask, chosen.recompute,
-                      positive_only=not selector.fills_share)
+        made = choose_before_map(selector, inputs, plan.alignment, chosen)  # never None: deviation is refused
         choice = Choice(made.index - native, made.valid, made.share)  # over the segment's own rows
         part |= {"share": made.share, "read": what_was_read(chosen, queries, None, segment.prefill.surprisal)}
     return plan.input_ids[0, native:], [(k[:, :, native:], v[:, :, native:]) for k, v in mapped], part, choice
