@@ -215,7 +215,7 @@ class TransferPipeline:
         return self.recomputed(sender_cache, plan, config, query=queries, spans=spans)
 
     def recomputed(self, sender_cache, plan: TransferPlan, config: TransferConfig, *,
-                    query: list[str] | None = None, spans=None, mapped: list[LayerKV] | None = None) -> TransferResult:
+                   query: list[str] | None = None, spans=None, mapped: list[LayerKV] | None = None) -> TransferResult:
         """The mapped cache with ``config``'s recompute applied; ``mapped``: layers already mapped of this plan
         (a pure transfer's), which the working cache starts from."""
         prefill = sender_cache if isinstance(sender_cache, SenderPrefill) else None
