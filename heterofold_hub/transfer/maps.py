@@ -142,8 +142,8 @@ class AffineMap(LayerMap):
     turned in place.
 
     The matrix products run in the adapter's dtype (:attr:`matmul_dtype`). On the CPU a narrower adapter beside a
-    float32 cache keeps the gathers, turns and scratch in float32: bf16 products take half the time there
-    (AVX512-BF16), the one-pass kernels need float32, and a turn rounded to bf16 would add error. Then the input is
+    float32 cache keeps the gathers, turns and scratch in float32: bf16 products are faster there (AVX512-BF16,
+    AMX), the one-pass kernels need float32, and a turn rounded to bf16 would add error. Then the input is
     converted once per chunk, and each product lands in a narrow scratch that is copied into the cache before the
     turn. A cache of another dtype than the compute dtype is written through a scratch, rounded once after the turn."""
 
