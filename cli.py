@@ -433,7 +433,7 @@ def run() -> None:
     flag value, contradicting flags), 1 for any other failure (``--debug`` for tracebacks). Click's own usage errors
     (an unknown option, a missing argument) are its own to print, with exit code 2."""
     # transformers' per-load "Loading weights" bars (and huggingface_hub's); our own progress stays. Set in the
-    # environment, read when they are first imported: importing transformers here would cost every command 1 s.
+    # environment, read when they are first imported: importing transformers here would slow every command's start.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         app(prog_name="hf-fold")  # not "cli.py" in usage lines when run from a checkout

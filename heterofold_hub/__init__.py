@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 _paths.serve_root_modules()
 
 # The public names, each loaded from its module on first use (PEP 562): importing the package, as every
-# `hf-fold` command does, must not import torch and transformers (2.4 s of a 2.5 s `hf-fold --help`).
+# `hf-fold` command does, must not import torch and transformers, which would be most of every command's start-up
+# (docs/design.md, "Figures behind choices in the code").
 _EXPORTS = {
     "KVSpec": "heterofold_hub.base_models.arch", "kv_spec": "heterofold_hub.base_models.arch",
     "AlignmentError": "heterofold_hub.errors", "HeteroFoldError": "heterofold_hub.errors",

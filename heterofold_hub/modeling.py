@@ -90,7 +90,7 @@ class HeteroFoldModel:
         there does not pass. ``fallback="prefill"``: when no adapter fits or none reaches ``min_recovered``,
         ``transfer`` re-prefills natively and says so. ``map_dtype`` (e.g. ``torch.bfloat16``): the dtype of the
         adapter's matrix products, the receiver and its cache keeping ``torch_dtype``; on a CPU with AVX512-BF16
-        or AMX that halves the products' time, the gathers and turns staying float32 (quality and speed measured in
+        or AMX that speeds up the products, the gathers and turns staying float32 (quality and speed measured in
         docs/results/bf16.md, "Maps in bf16").
         """
         _check_fallback(fallback)

@@ -57,3 +57,16 @@ def test_layers_by_depth():
     assert layers_by_depth(6, 4) == [[0, 1], [1, 2], [3, 4], [4, 5]]
     assert layers_by_depth(4, 6)[0] == [0, 1] and layers_by_depth(4, 6)[-1] == [2, 3]
     assert layers_by_depth(1, 3, k=2) == [[0], [0], [0]]
+
+
+def test_one_padding_helper_pads_either_side_and_numbers_positions_as_generate_does():
+    from heterofold_hub.transfer.padding import padded, positions
+
+    ids, mask = padded([[5, 6, 7], [8]], 0, side="left")
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert positions(mask).tolist() == [[0, 1, 2], [0, 0, 0]]
+    ids, mask = padded([torch.tensor([8]), torch.tensor([5, 6, 7])], 9, side="right")
+    assert ids.tolist() == [[8, 9, 9], [5, 6, 7]] and mask.tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert positions(torch.tensor([[False, True, False, True]])).tolist() == [[0, 0, 0, 1]]
+    with pytest.raises(ValueError, match="side='middle'; choose one of left, right"):
+        padded([[1]], 0, side="middle")

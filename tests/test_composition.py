@@ -213,7 +213,7 @@ def test_a_least_squares_first_leg_wins_over_a_better_recorded_calibrated_one(tr
 
 
 def test_compose_cli_writes_a_package_that_pushes_with_both_parents_on_its_card(trio, tmp_path):
-    root, _ = trio
+    root, sides = trio
     registry, hub_dir = publish(root, tmp_path)
     out = tmp_path / "a2b"
     args = ["compose", "--sender", str(root / "a"), "--receiver", str(root / "b"), "--pivot", "tester/p", "--out", str(out), "--registry",
@@ -229,7 +229,17 @@ def test_compose_cli_writes_a_package_that_pushes_with_both_parents_on_its_card(
     assert "parent:" in run.stderr and "tester/second v1.0.0" in run.stderr  # what was composed: a message
     composed = load_adapter(out)
     assert isinstance(composed, ComposedAdapter) and composed.config.method == "composed"
-    assert json.loads((out / METRICS_NAME).read_text())["methods"]["composed"]["kl"] >= 0
+    # its metrics.json holds what the library's evaluate gives the saved package on 2 held-out windows of 32 + 8
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.fidelity import evaluate
+
+    windows = make_windows(read_texts("bundled:unseen-prose"), sides["b"], max_windows=2, context_tokens=32,
+                           continuation_tokens=8)
+    direct = evaluate(sides["a"], sides["b"], {"composed": composed}, windows, data="bundled:unseen-prose")
+    written = json.loads((out / METRICS_NAME).read_text())["methods"]["composed"]
+    for key in ("recovered", "kl", "nll", "top1"):
+        assert written[key] == pytest.approx(direct["methods"]["composed"][key], rel=1e-5, abs=1e-6), key
     assert training_data(composed.config) == ["bundled:train-natural", "bundled:train-natural"]
     push = hf_fold("push", str(out), "--repo", "tester/a2b-composed", "--version", "1.0.0", "--hub-dir", str(hub_dir),
                    "--registry", str(registry))
@@ -311,7 +321,7 @@ def test_train_init_composed_calibrates_from_the_composition(trio, tmp_path):
 
 
 def test_show_eval_and_bench_take_a_pivot(trio, tmp_path):
-    root, _ = trio
+    root, sides = trio
     registry, hub_dir = publish(root, tmp_path)
     show = hf_fold("show", "--sender", "tester/a", "--receiver", "tester/b", "--pivot", "auto", "--json",
                    "--registry", str(registry))
@@ -330,4 +340,11 @@ def test_show_eval_and_bench_take_a_pivot(trio, tmp_path):
     timed = hf_fold("bench", *common, "--contexts", "24", "--repeats", "1", "--data", "bundled:unseen-prose",
                     "--json", str(tmp_path / "bench.json"), env=env)
     assert timed.returncode == 0, timed.stdout + timed.stderr
-    assert json.loads((tmp_path / "bench.json").read_text())["rows"][0]["transfer_s"]["composed"] > 0
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    row = bench["rows"][0]
+    assert row["end_to_end_s"]["composed"] == pytest.approx(row["plan_s"] + row["transfer_s"]["composed"], rel=1e-9)
+    # the row named composed timed the path's composition: its weights are the ones composing here gives
+    from heterofold_hub.adapter.save_and_load import adapter_bytes, sha256_bytes
+
+    composed = compose_path(sides["a"], sides["b"], via="tester/p", registry=Registry.load(registry), hub_dir=hub_dir)
+    assert bench["provenance"]["adapters"]["composed"]["weights_sha256"] == sha256_bytes(adapter_bytes(composed))

@@ -3,12 +3,14 @@ stage run end to end on the tiny pair writes the library's figures under one pro
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -65,9 +67,19 @@ def test_an_unknown_experiment_lists_the_known_ones(tmp_path):
         config.load("unknwon", tmp_path)
 
 
-def test_every_committed_config_loads():
+def test_every_committed_config_loads_as_written():
+    """Each TOML file under benchmarks/experiments is one experiment, named by its file, with the pair and the
+    stages its file gives (read here from the raw TOML, independently of the parser)."""
+    import tomllib
+
+    files = sorted(config.EXPERIMENTS.glob("*.toml"))
     experiments = config.load_all()
-    assert experiments and all(e.stages for e in experiments)
+    assert [e.name for e in experiments] == [f.stem for f in files] and files
+    for experiment, file in zip(experiments, files):
+        raw = tomllib.loads(file.read_text())
+        assert (experiment.description, experiment.sender, experiment.receiver) == (
+            raw["description"], raw["sender"], raw["receiver"]), file.name
+        assert experiment.stages == [s for s in config.STAGES if s in raw], file.name
 
 
 def harness(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -134,10 +146,12 @@ def tiny_run(tmp_path_factory):
         """)
     env = {"HF_FOLD_EXPERIMENT_RUNS": str(runs)}
     base = ["--experiments", str(experiments), "--results", str(results)]
+    started = datetime.now(timezone.utc).replace(microsecond=0)  # the block's date has whole seconds
     for stage in ("train", "compress", "score"):
         run = harness(*base, "run", "tiny-check", "--stage", stage, env=env)
         assert run.returncode == 0, run.stderr
-    return {"root": root, "base": base, "env": env, "runs": runs,
+    return {"root": root, "base": base, "env": env, "runs": runs, "started": started,
+            "finished": datetime.now(timezone.utc),
             "written": json.loads((results / "tiny-check.json").read_text())}
 
 
@@ -151,7 +165,10 @@ def test_the_score_stage_records_one_provenance_block_of_real_values(tiny_run):
     assert block["git"]["dirty"] is bool(source_changes)
     assert block["versions"]["torch"] == torch.__version__
     assert block["command"].startswith("python -m benchmarks") and block["command"].endswith("run tiny-check --stage score")
-    assert block["threads"] >= 1 and block["date"].startswith("20")
+    threads = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env={
+        **os.environ, "PYTHONPATH": str(ROOT), **tiny_run["env"]}, capture_output=True, text=True, check=True).stdout
+    assert block["threads"] == int(threads)  # what torch gives a process started as the harness was
+    assert tiny_run["started"] <= datetime.fromisoformat(block["date"]) <= tiny_run["finished"]  # UTC, this run's
     assert [m["id"] for m in block["models"].values()] == list(TINY)
     registry = json.loads((ROOT / "registry.json").read_text())
     repo, version = TINY_ADAPTER.split("@")
@@ -163,10 +180,6 @@ def test_the_score_stage_records_one_provenance_block_of_real_values(tiny_run):
 
 def test_the_score_stage_figures_are_the_librarys(tiny_run):
     """Finite, and what the library's evaluate gives for the registered adapter on the same windows."""
-    from heterofold_hub.base_models.loading import Side
-    from heterofold_hub.data.texts import read_texts
-    from heterofold_hub.data.windows import make_windows
-    from heterofold_hub.evaluation.fidelity import evaluate
     from heterofold_hub.hub.resolve import resolve_adapter
 
     result = tiny_run["written"]["stages"]["score"]["result"]["256"]
@@ -174,14 +187,31 @@ def test_the_score_stage_figures_are_the_librarys(tiny_run):
     row = result["methods"]["heterofold"]
     assert all(math.isfinite(row[k]) for k in ("recovered", "recovered_se", "kl", "nll", "top1"))
     repo, version = TINY_ADAPTER.split("@")
-    sender, receiver = Side.load(TINY[0]), Side.load(TINY[1])
+    sender, receiver = tiny_sides()
     adapter = resolve_adapter(sender, receiver, adapter=repo, version=version).adapter
-    windows = make_windows(read_texts("bundled:unseen"), receiver, max_windows=6, context_tokens=256,
-                           continuation_tokens=64)
-    direct = evaluate(sender, receiver, {"heterofold": adapter}, windows, batch_size=6, data="bundled:unseen")
+    direct = library_scores(adapter)
     for key in ("recovered", "kl", "nll", "top1"):
         assert row[key] == pytest.approx(direct["methods"]["heterofold"][key], rel=1e-5, abs=1e-6), key
     assert result["benefit"] == pytest.approx(direct["benefit"], rel=1e-5)
+
+
+@functools.cache
+def tiny_sides():
+    from heterofold_hub.base_models.loading import Side
+
+    return Side.load(TINY[0]), Side.load(TINY[1])
+
+
+def library_scores(adapter) -> dict:
+    """What the library's evaluate gives ``adapter`` (as row ``heterofold``) on the score stage's windows."""
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.data.windows import make_windows
+    from heterofold_hub.evaluation.fidelity import evaluate
+
+    sender, receiver = tiny_sides()
+    windows = make_windows(read_texts("bundled:unseen"), receiver, max_windows=6, context_tokens=256,
+                           continuation_tokens=64)
+    return evaluate(sender, receiver, {"heterofold": adapter}, windows, batch_size=6, data="bundled:unseen")
 
 
 def test_a_trained_package_is_scored_by_name(tiny_run):
@@ -206,7 +236,11 @@ def test_a_compressed_package_records_its_parent_and_is_scored_by_name(tiny_run)
     scored = written["stages"]["score"]["result"]["256"]
     assert "compress:low" in scored["adapters"].values()
     low_row = next(row for row, ref in scored["adapters"].items() if ref == "compress:low")
-    assert math.isfinite(scored["methods"][low_row]["recovered"])
+    from heterofold_hub.methods import load_adapter
+
+    direct = library_scores(load_adapter(runs / "tiny-check" / "low"))["methods"]["heterofold"]
+    for key in ("recovered", "kl", "nll", "top1"):  # the row named compress:low holds that package's figures
+        assert scored["methods"][low_row][key] == pytest.approx(direct[key], rel=1e-5, abs=1e-6), key
 
 
 def test_rerunning_compress_into_its_used_folder_is_refused_with_exit_2(tiny_run):
@@ -283,9 +317,14 @@ def test_bench_times_the_packages_its_config_names_beside_the_resolved_adapter(t
     result = json.loads((tmp_path / "results" / "beside.json").read_text())["stages"]["bench"]["result"]
     (row,) = result["directions"][0]["rows"]
     assert {"heterofold", "v1.0.0"} <= row["transfer_s"].keys()
-    assert row["transfer_s"]["v1.0.0"] > 0
+    for name in ("heterofold", "v1.0.0"):  # the package's row is a hand-off of its own: plan + its map
+        assert row["end_to_end_s"][name] == pytest.approx(row["plan_s"] + row["transfer_s"][name], rel=1e-9)
+        assert row["speedup"]["map_only"][name] == pytest.approx(row["prefill_s"] / row["transfer_s"][name], rel=1e-9)
     assert result["packages"]["v1.0.0"]["ref"] == "heterofold/tiny-llama-code-to-tiny-qwen-code@v1.0.0"
-    assert result["packages"]["v1.0.0"]["weights_sha256"].startswith("sha256:")
+    registry = json.loads((ROOT / "registry.json").read_text())
+    published = next(v for e in registry["adapters"] if e["repo_id"] == "heterofold/tiny-llama-code-to-tiny-qwen-code"
+                     for v in e["versions"] if v["version"] == "v1.0.0")
+    assert result["packages"]["v1.0.0"]["weights_sha256"] == published["files"]["adapter.safetensors"]
 
 
 def test_bench_packages_need_one_direction(tmp_path):
@@ -329,9 +368,21 @@ def test_handoff_speed_times_each_setting_beside_its_bf16_maps_in_one_run(tmp_pa
     (row,) = stage["result"]["lengths"].values()
     names = list(row["settings"])
     assert names == ["transfer", "transfer (bfloat16 maps)", "tail@0.1", "tail@0.1 (bfloat16 maps)"], names
-    assert all(v["end_to_end_s"] > 0 and v["speedup"] > 0 for v in row["settings"].values())
-    share = row["settings"]["tail@0.1"]["recomputed_share"]
-    assert share > 0 and row["settings"]["tail@0.1 (bfloat16 maps)"]["recomputed_share"] == share
+    for setting in row["settings"].values():  # each setting's speed-up is native prefill over its own hand-off
+        assert setting["speedup"] == pytest.approx(row["native_prefill_s"] / setting["end_to_end_s"], rel=1e-9)
+    # tail@0.1 recomputes round(0.1 * m) of the context's m mapped positions, with either map dtype
+    from heterofold_hub.evaluation.handoff import make_handoff_prompts
+    from heterofold_hub.evaluation.retrieval import filler_texts
+    from heterofold_hub.data.texts import read_texts
+    from heterofold_hub.modeling import HeteroFoldModel
+
+    repo, version = TINY_ADAPTER.split("@")
+    model = HeteroFoldModel.from_pretrained(*TINY, adapter=repo, revision=version)
+    prompt = make_handoff_prompts(filler_texts(read_texts("bundled:unseen")), model.receiver, 256, 1, fmt="code")[0]
+    mapped = int(model.pipeline.plan([prompt.context]).alignment.mapped_mask.sum())
+    share = round(0.1 * mapped) / mapped
+    assert row["settings"]["tail@0.1"]["recomputed_share"] == pytest.approx(share, rel=1e-12)
+    assert row["settings"]["tail@0.1 (bfloat16 maps)"]["recomputed_share"] == pytest.approx(share, rel=1e-12)
     adapters = stage["provenance"]["adapters"]
     assert adapters["heterofold (bfloat16 maps)"]["map_dtype"] == "bfloat16"
     assert adapters["heterofold (bfloat16 maps)"]["weights_sha256"] == adapters["heterofold"]["weights_sha256"]

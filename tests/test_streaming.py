@@ -270,7 +270,7 @@ def test_a_bfloat16_map_beside_a_float32_cache_multiplies_in_bfloat16_and_does_t
     half = with_map_dtype({"a": pipe.adapter}, ["a"], "bfloat16")[map_dtype_row("a", "bfloat16")]
     assert half.compute_dtype == torch.bfloat16 and pipe.adapter.compute_dtype == torch.float32  # a copy, not moved
     stream = LayerStream(half, plan, dtype=torch.float32)
-    assert (stream.compute_dtype, stream.matmul_dtype) == (torch.float32, torch.bfloat16)
+    assert (stream.compute_dtype, stream.map.matmul_dtype) == (torch.float32, torch.bfloat16)
     assert (stream.kernels is not None) == (kernels.load() is not None)
     fast = map_cache(half, plan, layers, dtype=torch.float32)
     full = map_cache(pipe.adapter, plan, layers, dtype=torch.float32)

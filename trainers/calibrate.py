@@ -48,7 +48,7 @@ class CalibrationOptions(MethodOptions):
     resumed from ``ckpt_path``."""
 
     steps: int = 100
-    lr: float = 3e-4  # 3e-3 diverged on the real pair, 1e-3 did worse (batch 1); the tiny pair takes 3e-3
+    lr: float = 3e-4  # the real pair's rate: higher ones diverged or did worse there (docs/training.md)
     lora_rank: int = 0
     init: str = "auto"
     sender_layers: str = "all"

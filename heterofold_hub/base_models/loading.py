@@ -44,7 +44,7 @@ def _not_found(name: str, err: Exception) -> HeteroFoldError:
 
 def _local_only(name_or_path: str, local_files_only: bool) -> bool:
     """``local_files_only``, or forced on for a Hub id while the Hub is offline or unreachable: the cache then
-    answers at once, where huggingface_hub would retry an unreachable Hub for 20 s before failing."""
+    answers at once, where huggingface_hub would keep retrying an unreachable Hub before failing."""
     return local_files_only or must_use_cache(name_or_path)
 
 

@@ -18,9 +18,6 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.batches import prepare_batch
 from heterofold_hub.data.windows import Window, make_windows
 
-REFERENCE_METHODS = ("native", "no-context")
-
-
 def token_measures(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per-window means ``[B]`` of nll, kl(reference || logits) and top-1 agreement with reference."""
     logp = logits.log_softmax(-1)

@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 # The hubs load on first use (PEP 562): reading registry.json (`hf-fold list`) imports this package, and
-# RemoteHub's huggingface_hub costs 0.3 s that only a download or a push needs.
+# RemoteHub's import of huggingface_hub is start-up time that only a download or a push needs.
 _LAZY = {"LocalHub": "heterofold_hub.hub.local", "RemoteHub": "heterofold_hub.hub.remote",
          "HF_ENDPOINT": "heterofold_hub.hub.remote"}
 

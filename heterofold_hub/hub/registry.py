@@ -24,8 +24,8 @@ from heterofold_hub.io import write_json_atomic
 from heterofold_hub.paths import default_root, is_installed_copy, shipped_file
 
 # A path's second leg was fitted on the pivot's own K/V, so the first leg must reproduce them. A least-squares leg
-# does (1-R2 0.18-0.38 on SmolLM2's layers 0-2 from Gemma 3); one calibrated on the pivot's logits need not, and
-# does not (1-R2 1.0 to 70 there): benchmarks/probes/pivot_leg_error.py. Least-squares first legs rank first.
+# does; one calibrated on the pivot's logits need not, and does not (docs/results/pivot.md, "A first leg that reproduces
+# the pivot"). Least-squares first legs rank first.
 PIVOT_FAITHFUL_METHODS = frozenset({"kv-ridge"})
 MAX_PATH_LINES = 8  # a miss message lists at most this many pivot paths
 

@@ -32,7 +32,7 @@ class CalibrationSet:
     disposable: bool = False  # set by a holder that will not read the set again: a fit may then free() it
 
     def free(self) -> None:
-        """Drop the features (2.7 GB for SmolLM2 -> Gemma 3) if :attr:`disposable`: a fit that needs them only
+        """Drop the features (gigabytes on the real pair) if :attr:`disposable`: a fit that needs them only
         for its starting map calls this before its training loop."""
         if self.disposable:
             self.sender, self.receiver = [], []

@@ -16,15 +16,16 @@ from heterofold_hub.transfer.batches import Batch, prepare_batch
 from heterofold_hub.data.windows import Window
 
 CLOSED_FORM = ("recolor", "kv-ridge")
-# Training batches hold every window's sender features for the whole run (7.5 GB in fp32 for 320 SmolLM2 windows);
-# fp16 halves that, and the map reads them back in its own dtype (relative rounding 5e-4, far below its error).
+# Training batches hold every window's sender features for the whole run, the largest thing a fit keeps; fp16 halves
+# that, and the map reads them back in its own dtype, where fp16's rounding is far below the map's own error
+# (docs/training.md).
 TRAINING_FEATURES_DTYPE = torch.float16
 
 
 class TrainingBatches(Sequence):
     """The training batches of ``windows`` (sender prefill, alignment, features in ``TRAINING_FEATURES_DTYPE``),
-    prepared on first read: a fit reads its calibration statistics first and frees them before these exist
-    (4.5 GB of features for 400 SmolLM2 -> Gemma 3 windows beside 2.7 GB of statistics was such a run's peak)."""
+    prepared on first read: a fit reads its calibration statistics first and frees them before these exist, so the
+    two largest things a fit holds are never alive together (docs/training.md has the memory figures)."""
 
     def __init__(self, windows: list[Window], sender: Side, receiver: Side, *, batch_size: int, progress: bool = True):
         self.windows, self.sender, self.receiver, self.batch_size, self.progress = windows, sender, receiver, batch_size, progress

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from heterofold_hub.errors import AlignmentError, HeteroFoldError
+from heterofold_hub.transfer.padding import padded, positions
 
 
 def char_owner(sender_offsets: torch.Tensor, n_chars: int) -> torch.Tensor:
@@ -95,7 +96,7 @@ class TokenAlignment:
     @property
     def receiver_positions(self) -> torch.Tensor:
         """``[B, Tr]`` receiver positions as ``generate`` computes them from a left-padded mask."""
-        return (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return positions(self.attention_mask)
 
     @property
     def native_mask(self) -> torch.Tensor:
@@ -135,12 +136,8 @@ def align_batch(
             f"{native} natively, so nothing would be transferred. Pass a longer context."
         )
     # left-padded: each row's real tokens fill its last columns, so a row-major mask takes them in text order
-    width = max(lengths)
-    mask = torch.arange(width)[None] >= (width - torch.tensor(lengths))[:, None]
-    index = torch.zeros(mask.shape, dtype=torch.long).masked_scatter_(
-        mask, align_rows(sender_offsets, receiver_offsets, n_chars))
-    ids = torch.zeros(mask.shape, dtype=torch.long).masked_scatter_(mask, torch.cat(receiver_ids).long())
-    mask = mask.long()
+    ids, mask = padded(receiver_ids, 0, side="left")
+    index = torch.zeros_like(ids).masked_scatter_(mask.bool(), align_rows(sender_offsets, receiver_offsets, n_chars))
     return TokenAlignment(sender_index=index, receiver_ids=ids, attention_mask=mask, native_prefix=native)
 
 

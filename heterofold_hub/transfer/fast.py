@@ -1,25 +1,20 @@
 """The fast transfer path: map a sender cache into a receiver cache layer by layer, in chunks of rows.
 
 Per receiver layer and chunk of rows, every source sender layer's keys (un-rotated) and values are gathered
-token-major, side by side, into the map's input; an affine map (HeteroFold, KV Ridge, recoloring) is one
-``addmm`` for keys and one for values written straight into the receiver cache (the reference path's
-rounding), and the keys are re-rotated in place there (an adapter in bf16 beside a float32 cache on the CPU
-multiplies in bf16 and does everything else in float32, see :class:`LayerStream`); a factored one (low rank, ``factored_maps``) is ``x @ a``
-into a small scratch buffer, then that ``addmm`` from it. Receiver layers that read the same sender layers (a
-deeper receiver has runs of them) share one gathered input per chunk. On CPU in float32 the gathers and turns run in one
-pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`); elsewhere through torch ops
-(``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are stored token-major
-(``[B, Tr, Hr, Dr]`` memory handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers' own value
-states), so no transpose is copied. No Python loop runs over tokens or heads, RoPE tables and row indices come
-precomputed from the :class:`~heterofold_hub.transfer.plan.TransferPlan`, and scratch is sized per chunk and reused,
-so peak extra memory stays about one receiver layer whatever the context length. The reference path
+token-major, side by side, into the map's input, and the adapter's kind of map (:mod:`heterofold_hub.transfer.maps`:
+affine, low rank, or any other) writes the chunk's rows into the receiver cache, keys re-rotated. Receiver layers that
+read the same sender layers (a deeper receiver has runs of them) share one gathered input per chunk. On CPU in float32
+the gathers and turns run in one pass each through a small C kernel (:mod:`heterofold_hub.transfer.kernels`);
+elsewhere through torch ops (``index_select``, then ``x * cos + roll(x) * sin`` on whole heads). Cache layers are
+stored token-major (``[B, Tr, Hr, Dr]`` memory handed out as ``[B, Hr, Tr, Dr]`` views, the layout of transformers'
+own value states), so no transpose is copied. No Python loop runs over tokens or heads, RoPE tables and row indices
+come precomputed from the :class:`~heterofold_hub.transfer.plan.TransferPlan`, and scratch is sized per chunk and
+reused, so peak extra memory stays about one receiver layer whatever the context length. The reference path
 (``heterofold_hub.transfer.reference``, which keeps gradients for training) gives the same cache to float rounding; a
 test holds them together, with and without the kernel.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
@@ -28,31 +23,12 @@ from heterofold_hub.base_models.arch import KVSpec
 from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache, truncated_sender_layer
 from heterofold_hub.adapter.base import PairAdapter
+from heterofold_hub.transfer.maps import Chunk, LayerWork, Workspace, layer_map
 from heterofold_hub.transfer.plan import TransferPlan, Turn
 
 NEEDED = "needed"  # the layout of a sliding layer in a recompute's working cache: only the rows its windows read
 MIN_CHUNK_TOKENS = 32  # below this, per-op overhead outweighs what a smaller chunk saves
 TEMPORARY_BUDGET = 1.5  # a chunk's temporaries, in receiver layers (K + V) of cache bytes
-
-
-@dataclass
-class Chunk:
-    """A run of ``rows`` of the plan's receiver rows ``[B * Tr]`` (batch, then position), written to ``out`` rows of
-    a receiver layer flattened to ``[B * T, Hr * Dr]`` (``T`` is ``Tr``, or a sliding-window layer's window).
-
-    ``sender_rows`` ``[n * Hs]`` index a sender layer flattened to ``[B * Hs * Ts, Ds]`` in (batch, position,
-    head) order, so a gather lands token-major, ready for the map; the turns (per sender layer and per receiver
-    layer) are the plan's tables at ``rows``."""
-
-    rows: slice
-    out: slice
-    sender_rows: torch.Tensor
-    unrotate: list[Turn | None]
-    rotate: list[Turn | None]
-
-    @property
-    def size(self) -> int:
-        return self.rows.stop - self.rows.start
 
 
 class LayerStream:
@@ -68,11 +44,11 @@ class LayerStream:
     A receiver layer is mapped as soon as all its source sender layers (``config.layer_sources``) have
     arrived; a sender layer is let go once no pending receiver layer needs it. ``chunk_tokens`` sets the rows
     per chunk (default: as many as keep a chunk's temporaries within ``TEMPORARY_BUDGET`` receiver layers, at
-    least ``MIN_CHUNK_TOKENS``). An affine adapter in a narrower dtype than a float32 cache on the CPU
+    least ``MIN_CHUNK_TOKENS``). The adapter's kind of map (:func:`~heterofold_hub.transfer.maps.layer_map`, chosen
+    once) writes the layers; an affine adapter in a narrower dtype than a float32 cache on the CPU
     (``adapter.to(torch.bfloat16)``, ``HeteroFoldModel.from_pretrained(..., map_dtype=torch.bfloat16)``) runs only
-    its matrix products in that dtype: the gathers and turns stay float32, in the C kernels, and each chunk's
-    input is converted once for every layer that reads it. ``every_position`` maps every row of sliding-window layers too, for a working
-    cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`); a ``[B, Tr]`` bool tensor instead
+    its matrix products in that dtype (:class:`~heterofold_hub.transfer.maps.AffineMap`). ``every_position`` maps
+    every row of sliding-window layers too, for a working cache that a recompute reads (:mod:`heterofold_hub.transfer.recompute`); a ``[B, Tr]`` bool tensor instead
     maps only its rows in sliding-window layers (the windows a recompute attends to), every row of full layers,
     and leaves the others zero. ``layers`` limits the stream to those receiver layers (default: every one).
     """
@@ -90,22 +66,12 @@ class LayerStream:
         self.adapter, self.plan, self.dtype = adapter, plan, dtype
         self.device = plan.native[0][0].device
         self.sender_spec, self.receiver_spec = config.sender_spec, config.receiver_spec
-        self.sender_width = self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
-        self.affine = adapter.affine_maps(0) is not None
-        factored = adapter.factored_maps(0)
-        self.rank = None if factored is None else factored[0][0].shape[1]  # low rank: x @ a, then an addmm from it
-        self.linear = self.affine or self.rank is not None  # written by _map_linear, straight into the cache
-        # The dtype of the gathers, turns and scratch; the matrix products run in the adapter's own dtype. On the
-        # CPU a narrow adapter beside a float32 cache keeps the rest in float32: bf16 products take half the time
-        # there (AVX512-BF16), the one-pass kernels need float32, and a turn rounded to bf16 would add error.
-        self.matmul_dtype = adapter.compute_dtype
-        narrow_products = self.linear and self.device.type == "cpu" and dtype == torch.float32
-        self.compute_dtype = torch.float32 if narrow_products else self.matmul_dtype
+        self.map = layer_map(adapter, self.device, dtype)  # how this adapter's layers are written
+        self.compute_dtype = self.map.compute_dtype  # the dtype of the gathers, turns and scratch
         self.pending = {r: set(sources) for r, sources in enumerate(config.layer_sources)
                         if layers is None or r in layers}
         self.arrived: dict[int, LayerKV] = {}
         self.mapped: dict[int, LayerKV] = {}
-        self.direct = self.linear and dtype == self.compute_dtype  # map straight into the cache, no rounding step
         cpu_float = self.device.type == "cpu" and self.compute_dtype == torch.float32
         self.kernels = kernels.load() if cpu_float else None  # one-pass gather and turn; else torch ops
         if self.kernels is not None and plan.sender_rows.numel():  # the kernel trusts the rows: hold them in bounds
@@ -131,7 +97,9 @@ class LayerStream:
         # per layout, the native-prefix and padding rows among the kept ones: once per stream, not per layer
         self.kept_rows = {layout: (*self._kept_rows(plan.native_rows, self._kept(layout)),
                                    self._kept_rows(plan.padding_rows, self._kept(layout))[0]) for layout in self.chunks}
-        self.scratch: dict[str, torch.Tensor] = {}
+        self.workspace = Workspace(self.kernels, self.sender_spec["kv_heads"], self.sender_spec["head_dim"],
+                                   self.compute_dtype, self.device,
+                                   rows=max((c.size for chunks in self.chunks.values() for c in chunks), default=1))
 
     def _kept(self, layout: int | str) -> int:
         """Positions per row that a layer of ``layout`` holds."""
@@ -139,20 +107,12 @@ class LayerStream:
 
     def _temporaries_per_row(self) -> int:
         """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
-        kernels, a gathered source and a swapped copy while turning. A map other than affine maps keys and
-        values at once (adding the value input and its two outputs); a cache dtype other than the compute dtype
-        adds the output before rounding; a low-rank map adds its ``x @ a``; narrow products add the input and the
-        output in their dtype."""
-        c, width = self.adapter.config, self.sender_width
+        kernels, a gathered source and a swapped copy while turning, plus what the map kind's writes add."""
+        c, width = self.adapter.config, self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
         per_row = c.in_features
         if self.kernels is None:
             per_row += width + max(width, c.out_features)
-        if not self.linear:
-            per_row += c.in_features + 2 * c.out_features
-        elif not self.direct:
-            per_row += c.out_features
-        narrow = (self.rank or 0) + (c.in_features + c.out_features if self.matmul_dtype != self.compute_dtype else 0)
-        return (per_row * torch.finfo(self.compute_dtype).bits + narrow * torch.finfo(self.matmul_dtype).bits) // 8
+        return (per_row * torch.finfo(self.compute_dtype).bits + self.map.row_bits(c)) // 8
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""
@@ -243,14 +203,7 @@ class LayerStream:
         s_dim = self.sender_spec["head_dim"]
         flat = [(k.to(self.device).reshape(-1, s_dim), v.to(self.device).reshape(-1, s_dim))
                 for k, v in (self.arrived[source] for source in sources)]
-        work = _LayerWork(sources, self.chunks[layout], flat)
-        if self.linear:
-            maps = {r: self.adapter.affine_maps(r) if self.affine else self.adapter.factored_maps(r) for r in layers}
-            for kind in (0, 1):
-                self._map_linear(work, kind, {r: (maps[r][kind], rows[r][kind]) for r in layers})
-        else:
-            for r in layers:
-                self._map_any(work, r, *rows[r])
+        self.map.write(LayerWork(sources, self.chunks[layout], flat), rows, self.workspace)
         native_rows, native_at, padding_rows = self.kept_rows[layout]
         for r in layers:
             native_k, native_v = plan.native[r]  # [B, Hr, P, Dr]
@@ -266,101 +219,6 @@ class LayerStream:
         batch, position = rows // tokens, rows % tokens
         at = position >= tokens - kept
         return batch[at] * kept + position[at] - (tokens - kept), at
-
-    def _buffer(self, name: str, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Scratch ``[rows, *shape]`` in ``dtype`` (default the compute dtype) for the largest chunk, made once per
-        stream and reused by every chunk and layer (a fresh allocation per layer costs page faults)."""
-        buffer = self.scratch.get(name)
-        if buffer is None or buffer.shape[1:] != shape:
-            rows = max((chunk.size for chunks in self.chunks.values() for chunk in chunks), default=1)
-            buffer = self.scratch[name] = torch.empty(rows, *shape, dtype=dtype or self.compute_dtype, device=self.device)
-        return buffer
-
-    def _map_linear(self, work: "_LayerWork", kind: int,
-                    targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]]) -> None:
-        """Keys (``kind`` 0) or values (1) of layers with an affine map, ``targets`` ``{r: (map, layer rows
-        [B * T, Hr, Dr])}``, the map ``(weight [in, out], bias [out])`` or factored ``(a [in, r], b [r, out],
-        bias [out])``: per chunk, the sources gathered side by side once, then for each layer one ``addmm`` (the
-        reference path's rounding) straight into the cache, after ``x @ a`` for a factored map, and keys turned in
-        place. With narrow products (the adapter's dtype narrower than the compute dtype) the input is converted
-        once per chunk, and each product lands in a narrow scratch that is copied into the cache before the turn."""
-        inputs = self._buffer("inputs", len(work.flat) * self.sender_width)
-        spec, narrow = self.receiver_spec, self.matmul_dtype
-        low = None if self.rank is None else self._buffer("low rank", self.rank, dtype=narrow)
-        mapped = None if self.direct else self._buffer("mapped", spec["kv_heads"], spec["head_dim"])
-        converted = narrow != self.compute_dtype
-        if converted:
-            narrow_inputs = self._buffer("narrow inputs", inputs.shape[1], dtype=narrow)
-            narrow_out = self._buffer("narrow mapped", spec["kv_heads"] * spec["head_dim"], dtype=narrow)
-        for chunk in work.chunks:
-            x = self._input(work, kind, chunk, inputs)
-            if converted:
-                x = narrow_inputs[:chunk.size].copy_(x)
-            for r, (linear, layer) in targets.items():
-                out = layer[chunk.out] if self.direct else mapped[:chunk.size]
-                if len(linear) == 3:  # factored: [n, in] @ [in, r] first, so the big product is never formed
-                    a, weight, bias = linear
-                    x_in = torch.mm(x, a, out=low[:chunk.size])
-                else:
-                    (weight, bias), x_in = linear, x
-                if converted:
-                    out.view(chunk.size, -1).copy_(torch.addmm(bias, x_in, weight, out=narrow_out[:chunk.size]))
-                else:
-                    torch.addmm(bias, x_in, weight, out=out.view(chunk.size, -1))
-                rotate = chunk.rotate[r]
-                if kind == 0 and rotate is not None:
-                    self._turn(out, rotate)
-                if not self.direct:  # rounded once, after the map and the turn
-                    layer[chunk.out] = out
-
-    def _map_any(self, work: "_LayerWork", r: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Keys and values ``[B * T, Hr, Dr]`` of layer ``r`` through ``adapter.map_layer`` on the concatenated
-        sources (any map, e.g. Dense Latent's MLP), turned in the compute dtype and rounded once into the cache."""
-        inputs = [self._buffer(name, len(work.flat) * self.sender_width) for name in ("inputs", "inputs_v")]
-        for chunk in work.chunks:
-            n = chunk.size
-            y_k, y_v = self.adapter.map_layer(r, *(self._input(work, kind, chunk, inputs[kind])[None] for kind in (0, 1)))
-            y_k = y_k.view(n, *keys.shape[1:])  # [1, n, out] -> [n, Hr, Dr]
-            rotate = chunk.rotate[r]
-            if rotate is not None:
-                self._turn(y_k, rotate)
-            keys[chunk.out] = y_k
-            values[chunk.out] = y_v.view(n, *values.shape[1:])
-
-    def _input(self, work: "_LayerWork", kind: int, chunk: Chunk, inputs: torch.Tensor) -> torch.Tensor:
-        """The map's input at the chunk's rows, ``[n, in]`` (the first rows of ``inputs``): the keys (``kind`` 0,
-        un-rotated) or values (1) of every source, gathered token-major into its block of features."""
-        n, width, heads = chunk.size, self.sender_width, self.sender_spec["kv_heads"]
-        inputs = inputs[:n]
-        for j, (s, layer) in enumerate(zip(work.sources, work.flat)):
-            turn = chunk.unrotate[s] if kind == 0 else None
-            source, block = layer[kind], inputs[:, j * width:(j + 1) * width].unflatten(-1, (heads, -1))
-            if self.kernels is not None and source.dtype == torch.float32:
-                self.kernels.gather_turn(source, chunk.sender_rows, block, turn)
-                continue
-            gathered = source.index_select(0, chunk.sender_rows).view(block.shape)  # [n, Hs, Ds]
-            if turn is None:
-                block.copy_(gathered)
-            else:
-                turn.apply(gathered, block)
-        return inputs
-
-    def _turn(self, x: torch.Tensor, turn: Turn) -> None:
-        """``x`` ``[n, Hr, Dr]`` (rows of the compute dtype) turned in place."""
-        if self.kernels is not None:
-            self.kernels.turn(x, turn)
-        else:
-            turn.apply(x)
-
-
-@dataclass
-class _LayerWork:
-    """Receiver layers being mapped from the same sources: those source sender layers, the chunks of rows the
-    layers keep and the sources flattened to ``[B * Hs * Ts, Ds]`` (keys, values)."""
-
-    sources: list[int]
-    chunks: list[Chunk]
-    flat: list[LayerKV]
 
 
 def _runs(flags: torch.Tensor) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ from heterofold_hub.errors import HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache, cache_layers, check_cache, view_of
 from heterofold_hub.adapter.base import PairAdapter
 from heterofold_hub.base_models.loading import Side, cache_only, encode
+from heterofold_hub.transfer.padding import padded, positions
 from heterofold_hub.transfer.plan import PlanCache, TransferPlan, build_plan
 from heterofold_hub.transfer.fast import LayerStream, map_cache, map_every_position
 from heterofold_hub.transfer.config import TransferConfig
@@ -87,15 +88,10 @@ def native_prefill(receiver: Side, texts: str | list[str]) -> TransferResult:
     it, so code can treat both alike (``prefilled=True``)."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     encoded = [encode(receiver.tokenizer, t)[0] for t in texts]
-    width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(texts), width), receiver.tokenizer.pad_token_id or 0, dtype=torch.long)
-    mask = torch.zeros((len(texts), width), dtype=torch.long)
-    for row, seq in enumerate(encoded):
-        ids[row, width - len(seq):], mask[row, width - len(seq):] = seq, 1
+    ids, mask = padded(encoded, receiver.tokenizer.pad_token_id or 0, side="left")
     model = receiver.model
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
     out = model(input_ids=ids[:, :-1].to(model.device), attention_mask=mask[:, :-1].to(model.device),
-                position_ids=positions[:, :-1].to(model.device), use_cache=True, **cache_only(model))
+                position_ids=positions(mask)[:, :-1].to(model.device), use_cache=True, **cache_only(model))
     made = identity(kind="native", receiver=receiver, input_ids=ids, attention_mask=mask,
                     dtypes={"receiver": str(model.dtype)})
     return TransferResult(cache=out.cache, input_ids=ids, attention_mask=mask, prefilled=True, identity=made)
@@ -271,11 +267,7 @@ class TransferPipeline:
             mask = torch.cat([result.attention_mask[group], torch.ones_like(ids[:, result.input_ids.shape[1]:])], 1)
             new = _generate(model, cache, ids, mask, **kwargs)
             outputs.update({row: new[i] for i, row in enumerate(group)})
-        width = max(len(t) for t in outputs.values())
-        out = torch.full((rows, width), pad, dtype=torch.long, device=outputs[0].device)
-        for row, new in outputs.items():
-            out[row, : len(new)] = new
-        return out
+        return padded([outputs[row] for row in range(rows)], pad, side="right", device=outputs[0].device)[0]
 
 
 def check_result(result, receiver: Side) -> None:

@@ -28,6 +28,7 @@ import torch
 from transformers import DynamicCache
 
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.transfer import padding
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache
 from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.selection import Choice, SelectionInputs, Selector, choose, get_selector
@@ -100,7 +101,7 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     if chosen.shape[1] == 0:
         return layers
     device = model.device
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0).to(device)
+    positions = padding.positions(attention_mask).to(device)
     chosen, valid = chosen.to(device), valid.to(device)
     usable = attention_mask.bool().to(device)
     batch = torch.arange(chosen.shape[0], device=device)[:, None].expand_as(chosen)
@@ -181,7 +182,7 @@ def native_first_layers(model, ids: torch.Tensor, attention_mask: torch.Tensor, 
     device = model.device
     try:
         model(input_ids=ids.to(device), attention_mask=attention_mask.to(device),
-              position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device), cache=cache, use_cache=True)
+              position_ids=padding.positions(attention_mask).to(device), cache=cache, use_cache=True)
     except _Stop:
         pass
     finally:

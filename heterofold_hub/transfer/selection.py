@@ -33,6 +33,7 @@ import torch
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer.selects import SELECT_READS
 from heterofold_hub.transfer.kvcache import LayerKV
+from heterofold_hub.transfer.padding import positions
 
 
 
@@ -107,7 +108,7 @@ class ChunkStart(Selector):
         self._check(chunk=1)
 
     def scores(self, inputs):
-        position = (inputs.mapped_mask.long().cumsum(-1) - 1).clamp(min=0)
+        position = positions(inputs.mapped_mask)  # counted over the mapped tokens only
         return -(position % self.chunk).float()
 
 

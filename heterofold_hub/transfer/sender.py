@@ -28,6 +28,7 @@ from heterofold_hub.base_models.loading import Side, cache_only, encode
 from heterofold_hub.errors import AlignmentError, HeteroFoldError, PairMismatchError
 from heterofold_hub.transfer import prefill_file
 from heterofold_hub.transfer.kvcache import LayerKV, cache_layers, full_cache
+from heterofold_hub.transfer.padding import padded
 
 SURPRISAL_CHUNK = 256  # positions per LM-head chunk: a 262k-vocabulary head over 2048 positions would be GBs
 
@@ -120,11 +121,7 @@ def sender_inputs(sender: Side, texts: list[str]) -> tuple[torch.Tensor, torch.T
             f"A context is {width} sender tokens long but {sender.name!r} allows {sender.spec.max_positions} "
             "positions. Pass a shorter context."
         )
-    ids = torch.full((len(encoded), width), sender.tokenizer.pad_token_id or 0, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, (tokens, _) in enumerate(encoded):
-        ids[row, : len(tokens)] = tokens
-        mask[row, : len(tokens)] = 1
+    ids, mask = padded([tokens for tokens, _ in encoded], sender.tokenizer.pad_token_id or 0, side="right")
     return ids, mask, [offsets for _, offsets in encoded]
 
 
@@ -219,12 +216,8 @@ def query_attention(sender: Side, layers: list[LayerKV], attention_mask: torch.T
         raise HeteroFoldError(f"{len(queries)} queries for {attention_mask.shape[0]} contexts; pass one query per context.")
     model, device = sender.model, sender.model.device
     encoded = [encode(sender.tokenizer, q, add_special_tokens=False)[0] for q in queries]
-    width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(queries), width), sender.tokenizer.pad_token_id or 0, dtype=torch.long)
-    query_mask = torch.zeros_like(ids)
-    for row, q in enumerate(encoded):
-        ids[row, : len(q)], query_mask[row, : len(q)] = q, 1
-    positions = attention_mask.sum(1, keepdim=True) + torch.arange(width)[None]
+    ids, query_mask = padded(encoded, sender.tokenizer.pad_token_id or 0, side="right")
+    positions = attention_mask.sum(1, keepdim=True) + torch.arange(ids.shape[1])[None]
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")  # the only implementation that returns attention weights
     try:

@@ -1,6 +1,6 @@
 /* Fused row gather + RoPE turn for the fast transfer path (float32, one thread, plain loops that the
- * compiler vectorizes). Built and loaded by heterofold_hub/kernels/__init__.py; the torch ops in
- * streaming.py do the same work in several passes and remain the fallback.
+ * compiler vectorizes). Built and loaded by heterofold_hub/transfer/kernels/__init__.py; the torch ops in
+ * transfer/maps.py (Workspace) do the same work in several passes and remain the fallback.
  *
  * Turn tables follow plan.Turn: out = x * cos + swap(x) * sin, where swap exchanges the two halves of the
  * first `rotary` dims and the sign of rotate_half is already folded into sin; past `rotary`, x is copied.
