@@ -162,3 +162,13 @@ def test_bad_segments_are_refused_clearly(model, bpe, unigram):
         model.compose([Native(FIRST), Mapped(prefill, via=elsewhere)])
     with pytest.raises(PairMismatchError, match="This result is a cache for receiver"):
         append(elsewhere, model.compose([Native(FIRST)]), Native(THIRD))
+
+
+def test_a_later_segments_key_covers_its_map_dtype(model):
+    narrow = HeteroFoldModel.from_pretrained("heterofold/tiny-llama-code", "heterofold/tiny-qwen-code",
+                                             map_dtype=torch.bfloat16)
+    prefill = model.prefill_sender(SECOND)
+    plain, bf16 = (m.compose([Native(FIRST), Mapped(prefill)]) for m in (model, narrow))
+    assert bf16.segments[1]["dtypes"]["map"] == "torch.bfloat16" and plain.cache_key() != bf16.cache_key()
+    with pytest.raises(HeteroFoldError, match="a cache needs one token to hold and one to continue from"):
+        model.compose([Native("d")])

@@ -155,6 +155,9 @@ def _extend(pipeline, result, segment, *, config, query):
                 raise HeteroFoldError(_QUERY_NEEDED)
             return _with_segments(made, [made.identity | {"segment": "mapped"}], receiver)
         ids = encode(receiver.tokenizer, segment.text, add_special_tokens=segment.special_tokens)[0]
+        if len(ids) < 2:
+            raise HeteroFoldError(f"The first segment {segment.text!r} is {len(ids)} receiver token: a cache needs one "
+                                  "token to hold and one to continue from; start with a longer native text.")
         layers, tokens = _read_natively(receiver, None, ids[:-1], start=0)
         return _result(receiver, layers, tokens, ids, [_native_identity(ids)])
     ids = result.input_ids[0]
@@ -210,7 +213,8 @@ def _map_segment(pipeline, segment: Mapped, *, start: int, config, query):
     mapped = map_every_position(mapper.adapter, plan, layers, dtype=pipeline.receiver.model.dtype)
     part = {"segment": "mapped", "adapter": mapper.adapter_identity, "sender": side_identity(mapper.sender),
             "config": chosen.to_dict(), "sender_tokens": segment.prefill.digests(),
-            "sender_wire": segment.prefill.wire_dtype}
+            "dtypes": {"map": str(mapper.adapter.compute_dtype), "sender_cache": str(layers[0][0].dtype),
+                       "sender_wire": segment.prefill.wire_dtype}}
     choice = None
     if chosen.active:
         if chosen.repair_layers or chosen.select_name in ("deviation", "oracle"):
