@@ -76,7 +76,7 @@ class Retrieval:
     batch_size: int = 8
     seed: int = 0
     recompute: float = 0.0
-    select: str = "content"
+    select: str | None = None  # hf-fold's --select: content when recompute asks for any
     repair_layers: int = 0
 
 
@@ -113,7 +113,7 @@ class Bench:
     device: str = "auto"  # auto: cuda when there is one
     data: str = "bundled:unseen"
     recompute: float = 0.0
-    select: str = "content"
+    select: str | None = None  # hf-fold's --select: content when recompute asks for any
     query: str | None = None
     adapters: list[str] = field(default_factory=list)  # packages timed beside it (repo@version), one direction only
 
