@@ -23,6 +23,8 @@ A config names the pair and, per stage it has, what that stage runs::
     [handoff]               # retrieval across a hand-off over recompute settings (benchmarks/handoff.py)
     [handoff-speed]         # the hand-off call's end-to-end time beside native prefill (benchmarks/handoff.py)
     [bench]                 # timings (hf-fold bench)
+    [hidden-profile]        # an agent task against text communication (benchmarks/agents.py)
+    [conversation]          # turn-by-turn hand-offs both ways, fidelity per turn (benchmarks/agents.py)
     [publish]               # what `python -m benchmarks publish` pushes: repo, version, package (a train table)
 
 An adapter is ``repo@version`` (a registered version) or ``train:NAME`` (the package this experiment's
@@ -40,7 +42,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
-STAGES = ("train", "compress", "score", "retrieval", "handoff", "handoff-speed", "bench")
+STAGES = ("train", "compress", "score", "retrieval", "handoff", "handoff-speed", "bench", "hidden-profile",
+          "conversation")
 # train stage packages, relative to the repository root (ignored by git); tests point it elsewhere
 RUNS = Path(os.environ.get("HF_FOLD_EXPERIMENT_RUNS", Path("runs") / "experiments"))
 
@@ -119,6 +122,31 @@ class Bench:
 
 
 @dataclass(frozen=True)
+class HiddenProfile:
+    adapter: str  # repo@version of sender -> receiver; its registry entry's recommended setting is one condition
+    lengths: list[int] = field(default_factory=lambda: [512])
+    episodes: int = 48  # per length and format
+    formats: list[str] = field(default_factory=lambda: ["code", "prose"])
+    data: str = "bundled:unseen"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Conversation:
+    adapter: str  # repo@version of sender (agent A) -> receiver (agent B)
+    reverse_adapter: str  # repo@version of receiver -> sender (B's turns into A)
+    conversations: int = 8
+    turns: int = 8
+    document_tokens: int = 512
+    turn_tokens: int = 448
+    score_tokens: int = 128  # the first tokens of the listener's next turn that are scored
+    recompute: float = 0.05
+    select: str = "content"  # a select that reads no question: a conversation turn has none
+    data: str = "bundled:unseen"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Publish:
     package: str  # a [train.NAME] of this experiment
     repo: str
@@ -138,6 +166,8 @@ class Experiment:
     handoff: Handoff | None = None
     handoff_speed: HandoffSpeed | None = None
     bench: Bench | None = None
+    hidden_profile: HiddenProfile | None = None
+    conversation: Conversation | None = None
     publish: Publish | None = None
     path: Path | None = None
 
@@ -258,7 +288,8 @@ def parse(path: Path, data: dict) -> Experiment:
     _check_compress(path, compress, train)
     sections = {}
     for key, cls in (("score", Score), ("retrieval", Retrieval), ("handoff", Handoff), ("handoff-speed", HandoffSpeed),
-                     ("bench", Bench), ("publish", Publish)):
+                     ("bench", Bench), ("hidden-profile", HiddenProfile), ("conversation", Conversation),
+                     ("publish", Publish)):
         if key in data:
             if not isinstance(data[key], dict):
                 raise _problem(path, key, f"must be a table [{key}]")
@@ -286,11 +317,13 @@ def parse(path: Path, data: dict) -> Experiment:
             problems = map_dtype_problems(map_dtype, "float32")  # the harness loads the models in float32
             if problems:
                 raise _problem(path, f"{key.replace('_', '-')}.map_dtype", problems[0].removeprefix("--map-dtype: "))
-    for key in ("handoff", "handoff_speed", "bench"):
-        ref = getattr(sections.get(key), "adapter", None)
+    for key, field_name in (("handoff", "adapter"), ("handoff_speed", "adapter"), ("bench", "adapter"),
+                            ("hidden_profile", "adapter"), ("conversation", "adapter"),
+                            ("conversation", "reverse_adapter")):
+        ref = getattr(sections.get(key), field_name, None)
         if ref is not None and (ref.startswith(("train:", "compress:")) or not ADAPTER_REF.match(ref)):
-            raise _problem(path, f"{key.replace('_', '-')}.adapter", f"{ref!r} must be a registered repo@version "
-                                                                     "(heterofold/a-to-b@v1.0.0)")
+            raise _problem(path, f"{key.replace('_', '-')}.{field_name}", f"{ref!r} must be a registered "
+                                                                          "repo@version (heterofold/a-to-b@v1.0.0)")
     publish = sections.get("publish")
     if publish and publish.package not in train:
         raise _problem(path, "publish.package", f"{publish.package!r} is not a [train.NAME] of this experiment "

@@ -231,5 +231,37 @@ def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plo
                                map_dtype=cfg.map_dtype)
 
 
+def hidden_profile(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """The hidden-profile task against text communication (benchmarks/agents.py)."""
+    from benchmarks.agents import measure_hidden_profile
+
+    cfg = experiment.hidden_profile
+    block = start_provenance(argv)
+    model = _model(experiment, cfg.adapter)
+    _model_block(model, block)
+    return block, measure_hidden_profile(model, lengths=list(cfg.lengths), episodes=cfg.episodes,
+                                         formats=list(cfg.formats), data=cfg.data, seed=cfg.seed)
+
+
+def conversation(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
+    """Turn-by-turn hand-offs both ways over a conversation (benchmarks/agents.py); draws ``plot``."""
+    from dataclasses import replace
+
+    from benchmarks.agents import measure_conversation
+    from heterofold_hub.evaluation.provenance import adapter_record
+
+    cfg = experiment.conversation
+    block = start_provenance(argv)
+    a_to_b = _model(experiment, cfg.adapter)
+    b_to_a = _model(replace(experiment, sender=experiment.receiver, receiver=experiment.sender), cfg.reverse_adapter)
+    _model_block(a_to_b, block)
+    block["adapters"]["reverse"] = adapter_record(b_to_a.resolved.adapter, b_to_a.resolved)
+    return block, measure_conversation(a_to_b, b_to_a, conversations=cfg.conversations, turns=cfg.turns,
+                                       document_tokens=cfg.document_tokens, turn_tokens=cfg.turn_tokens,
+                                       score_tokens=cfg.score_tokens, recompute=cfg.recompute, select=cfg.select,
+                                       data=cfg.data, seed=cfg.seed, plot=plot)
+
+
 RUNNERS = {"train": train, "compress": compress, "score": score, "retrieval": retrieval, "handoff": handoff,
-           "handoff-speed": handoff_speed, "bench": bench}
+           "handoff-speed": handoff_speed, "bench": bench, "hidden-profile": hidden_profile,
+           "conversation": conversation}

@@ -77,15 +77,16 @@ class Mapped:
 
 
 def chat(receiver, prefill: SenderPrefill, *, role: str = "user", system: str | None = None,
-         history: list[dict] | None = None, chat_template: str | None = None, via=None) -> list:
+         history: list[dict] | None = None, chat_template: str | None = None, before: str = "", after: str = "",
+         via=None) -> list:
     """The segments of ``prefill``'s text handed over as one message of the receiver's chat template (a ``role``
     turn after an optional ``system`` prompt and earlier ``history`` turns, then the generation prompt): the
-    template's scaffolding native, the message mapped (see :func:`~heterofold_hub.transfer.templates.chat_segments`).
-    ``via``: the pair that maps it (see :class:`Mapped`)."""
+    template's scaffolding native, the message mapped (see :func:`~heterofold_hub.transfer.templates.chat_segments`;
+    ``before`` / ``after``: native text in the same turn around it, such as a question). ``via``: the pair that maps it (see :class:`Mapped`)."""
     from heterofold_hub.transfer.templates import chat_segments  # noqa: PLC0415
 
     pieces = chat_segments(receiver, prefill.texts[0], role=role, system=system, history=history,
-                           chat_template=chat_template)
+                           chat_template=chat_template, before=before, after=after)
     return [Mapped(prefill, via=via) if kind == "content" else Native(text, special_tokens=False)
             for kind, text in pieces]
 

@@ -71,7 +71,8 @@ def chat_messages(message: str, *, role: str = "user", system: str | None = None
 
 
 def chat_segments(receiver, message: str, *, role: str = "user", system: str | None = None,
-                  history: list[dict] | None = None, chat_template: str | None = None) -> list[tuple[str, str]]:
+                  history: list[dict] | None = None, chat_template: str | None = None, before: str = "",
+                  after: str = "") -> list[tuple[str, str]]:
     """The receiver's chat template rendered around ``message``, split into ``("native", text)`` and one
     ``("content", message)``, whose texts concatenate to exactly ``apply_chat_template(messages, tokenize=False,
     add_generation_prompt=True)``, the receiver's turn open after it.
@@ -79,8 +80,9 @@ def chat_segments(receiver, message: str, *, role: str = "user", system: str | N
     ``receiver``: a :class:`~heterofold_hub.base_models.loading.Side` or a tokenizer; ``role``: ``"user"`` (a
     document handed to the receiver) or ``"assistant"`` (the other agent's reply, as the receiver's own turn);
     ``system``: the receiver's system prompt; ``history``: earlier turns (``{"role", "content"}``) before it;
-    ``chat_template``: a Jinja template to use instead of the tokenizer's (e.g. :data:`GEMMA3_CHAT_TEMPLATE`).
-    Empty native texts are left out."""
+    ``chat_template``: a Jinja template to use instead of the tokenizer's (e.g. :data:`GEMMA3_CHAT_TEMPLATE`);
+    ``before`` / ``after``: native text inside the same turn around the message (``after="\\n\\nQuestion: ..."``
+    asks about a handed-over document in the turn that carries it). Empty native texts are left out."""
     tokenizer = getattr(receiver, "tokenizer", receiver)
     name = getattr(receiver, "name", None) or getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
     template = chat_template or getattr(tokenizer, "chat_template", None)
@@ -90,25 +92,30 @@ def chat_segments(receiver, message: str, *, role: str = "user", system: str | N
             "here is the pretrained model and has none). Pass chat_template= (a Jinja chat template, e.g. "
             "heterofold_hub.transfer.templates.GEMMA3_CHAT_TEMPLATE for the Gemma 3 family), or hand the text over "
             "without a template.")
+    for label, text in (("before", before), ("after", after)):
+        if not isinstance(text, str):
+            raise HeteroFoldError(f"{label}={text!r}: pass the native text around the message as a string ('' for none).")
     messages = chat_messages(message, role=role, system=system, history=history)
+    messages[-1]["content"] = before + message + after
     sentinel = _sentinel(template, messages)
-    marked = _render(tokenizer, name, messages[:-1] + [{"role": role, "content": sentinel}], template)
+    marked = _render(tokenizer, name, messages[:-1] + [{"role": role, "content": before + sentinel + after}],
+                     template)
     if marked.count(sentinel) != 1:
         raise HeteroFoldError(f"The chat template of {name!r} renders the {role} turn's content "
                               f"{marked.count(sentinel)} times, not once (it drops, repeats or rewrites it); a "
                               "handed-over message must appear exactly once, as it is. Pass a chat_template= that "
                               "renders each turn's content once.")
-    before, after = marked.split(sentinel)
+    head, tail = marked.split(sentinel)
     whole = _render(tokenizer, name, messages, template)
-    if whole != before + message + after:
-        trims = whole == before + message.strip() + after
+    if whole != head + message + tail:
+        trims = whole == head + message.strip() + tail
         why = ("it trims whitespace around a turn's content; pass the message stripped (message.strip()) and "
                "prefill the sender with that text" if trims else
                "it changes the content (escapes, filters or reformats it); pass a chat_template= that inserts a "
                "turn's content as it is")
         raise HeteroFoldError(f"The chat template of {name!r} does not keep the {role} message verbatim, so the "
                               f"mapped text would not be the text the receiver reads: {why}.")
-    pieces = [("native", before), ("content", message), ("native", after)]
+    pieces = [("native", head), ("content", message), ("native", tail)]
     return [(kind, text) for kind, text in pieces if text]
 
 
