@@ -141,7 +141,7 @@ class Conversation:
     turn_tokens: int = 448
     score_tokens: int = 128  # the first tokens of the listener's next turn that are scored
     recompute: float = 0.05
-    select: str = "content"  # a select that reads no question: a conversation turn has none
+    select: str = "tail"  # a select that reads no question (a turn has none); the recent tail serves the next turn
     data: str = "bundled:unseen"
     seed: int = 0
 
