@@ -695,9 +695,9 @@ def page(frontiers: dict[str, list[Placed]]) -> str:
     return "\n".join(lines)
 
 
-def write(root: Path = ROOT, reader: Reader | None = None) -> list[Path]:
+def write(root: Path = ROOT, reader: Reader | None = None, points: dict[str, list[Point]] = POINTS) -> list[Path]:
     """Write the page and its plots under ``root``; the paths written."""
-    frontiers = build(reader)
+    frontiers = build(reader, points)
     path = root / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)
     written = [path]
@@ -711,9 +711,9 @@ def write(root: Path = ROOT, reader: Reader | None = None) -> list[Path]:
     return written
 
 
-def check(root: Path = ROOT, reader: Reader | None = None) -> list[str]:
+def check(root: Path = ROOT, reader: Reader | None = None, points: dict[str, list[Point]] = POINTS) -> list[str]:
     """Where the page or its plots under ``root`` differ from what the results files give (empty: current)."""
-    frontiers = build(reader)
+    frontiers = build(reader, points)
     path, out = root / PAGE, []
     if not path.is_file():
         return [f"{PAGE} is missing: python -m benchmarks report writes it"]
