@@ -444,8 +444,11 @@ def png_text(path: Path) -> dict[str, str]:
 def draw(markers: list[Shown], measure: str, title: str, path: Path) -> None:
     """One plot: x the end-to-end speed-up (log), y ``measure``; each marker labelled; colour by adapter (``recovered``)
     or document format (``kept``); hollow for bf16 map products, squares for a recompute; the frontier dashed."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("drawing the frontier needs matplotlib: pip install 'heterofold-hub[plot]' "
+                         "(--check does not)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
