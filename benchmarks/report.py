@@ -5,7 +5,8 @@ Two kinds of table are held to their files. Generated blocks (between ``<!-- gen
 expect" tables, adapters, retrieval, speed, tiny bench, pivot probe) are rewritten by ``report`` from
 ``docs/gen_tables.py`` and ``docs/gen_results.py``, the one place their logic lives. Fidelity and hand-off tables
 sit in the results pages' prose as generated once (``heterofold_hub.evaluation.reports``/``handoff``); ``--check``
-finds each result's rows under its caption.
+finds each result's rows under its caption. One page is generated whole: the frontier (``benchmarks/frontier.py``),
+with its plots.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ sys.path.insert(0, str(ROOT / "docs"))
 
 import gen_results  # noqa: E402
 import gen_tables  # noqa: E402
+
+from benchmarks import frontier  # noqa: E402
 
 def pages(root: Path = ROOT) -> dict[Path, dict[str, str]]:
     """Each page with generated blocks, and those blocks as the files give them (``gen_results.PAGES`` says which
@@ -38,7 +41,7 @@ def results_pages(root: Path = ROOT) -> list[Path]:
 def write(root: Path = ROOT) -> list[Path]:
     for page, blocks in pages(root).items():
         gen_tables.write_blocks(page, blocks)
-    return list(pages(root))
+    return list(pages(root)) + frontier.write(root)
 
 
 def fidelity_tables() -> list[tuple[str, dict]]:
@@ -120,7 +123,7 @@ def fidelity_differences(text: str, where: str, result: dict) -> list[str]:
 
 def check(root: Path = ROOT) -> list[str]:
     """Every figure of README.md and the results pages (under ``root``) that differs from its results file."""
-    out = []
+    out = frontier.check(root)
     texts = {}
     for page, blocks in pages(root).items():
         if not page.is_file():
