@@ -106,3 +106,16 @@ def test_a_conversion_whose_tokenizer_loses_its_chat_template_is_refused(tmp_pat
         sources._check_tokenizer_round_trip(tokenizer, tmp_path, tmp_path / "x.gguf")
     tokenizer.save_pretrained(tmp_path)
     sources._check_tokenizer_round_trip(tokenizer, tmp_path, tmp_path / "x.gguf")
+
+
+def test_native_text_around_the_message_in_its_own_turn(gemma):
+    """before= / after= sit inside the handed-over turn, native; the content segment is still exactly the message."""
+    tokenizer = bpe_tokenizer()
+    segments = chat_segments(tokenizer, DOCUMENT, chat_template=SIMPLE, before="Doc:\n", after="\n\nQ: area?")
+    assert segments == [("native", "[user]Doc:\n"), ("content", DOCUMENT), ("native", "\n\nQ: area?[/user]\n[assistant]")]
+    segments = chat_segments(gemma, DOCUMENT, chat_template=GEMMA3_CHAT_TEMPLATE, system="S", after="\n\nQ: area?")
+    whole = rendered(gemma.tokenizer, [{"role": "system", "content": "S"},
+                                       {"role": "user", "content": DOCUMENT + "\n\nQ: area?"}], GEMMA3_CHAT_TEMPLATE)
+    assert "".join(text for _, text in segments) == whole and segments[1] == ("content", DOCUMENT)
+    with pytest.raises(HeteroFoldError, match="after=3"):
+        chat_segments(tokenizer, DOCUMENT, chat_template=SIMPLE, after=3)
