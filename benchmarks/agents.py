@@ -34,21 +34,28 @@ def _log(prefix: str):
 
 
 def measure_hidden_profile(model, *, lengths: list[int], episodes: int, formats: list[str], data: str,
-                           seed: int) -> dict:
-    """Every (length, format) cell of ``episodes`` episodes, plus each length's formats pooled; the registry's
-    recommended setting for the adapter is the ``kv recommended`` condition."""
+                           seed: int, setting: TransferConfig | None = None) -> dict:
+    """Every (length, format) cell of ``episodes`` episodes, plus each length's formats pooled. The ``kv
+    recommended`` condition runs the registry's recommended setting for the adapter, or ``setting`` where the
+    registry recommends none (recorded as the setting's source)."""
+    from heterofold_hub.errors import HeteroFoldError
     from heterofold_hub.evaluation.hidden_profile import CONDITIONS, evaluate_hidden_profile, summarise_runs
 
-    recommended = model.recommended
+    recommended, source = model.recommended, "the registry"
+    if recommended is not None and setting is not None:
+        raise HeteroFoldError(f"{model.resolved.describe()} has a recommended setting in the registry "
+                              f"({recommended.to_dict()}); drop the experiment's select/recompute, which are for an "
+                              "adapter that has none.")
     if recommended is None:
-        from heterofold_hub.errors import HeteroFoldError
-
-        raise HeteroFoldError(f"{model.resolved.describe()} has no recommended setting in the registry; the "
-                              "hidden-profile benchmark measures it beside the pure transfer.")
+        if setting is None:
+            raise HeteroFoldError(f"{model.resolved.describe()} has no recommended setting in the registry; give the "
+                                  "experiment's [hidden-profile] a select and recompute for the kv condition.")
+        recommended, source = setting, "the experiment (the registry recommends none for this version)"
     template, template_source = template_for(model.receiver)
     fillers = filler_texts(read_texts(data))
     exclude = known_facts(read_texts("bundled:wide"))
     result = {"sender": model.sender.name, "receiver": model.receiver.name, "recommended": recommended.to_dict(),
+              "recommended_from": source,
               "chat_template": template_source, "data": data, "episodes": episodes, "conditions": list(CONDITIONS),
               "lengths": {}}
     for n in lengths:

@@ -129,6 +129,9 @@ class HiddenProfile:
     formats: list[str] = field(default_factory=lambda: ["code", "prose"])
     data: str = "bundled:unseen"
     seed: int = 0
+    # the kv condition's recompute where the adapter's registry entry recommends none ("statement" at 0.05)
+    select: str | None = None
+    recompute: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ class Experiment:
 
 ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|compress:[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list[str]": list, "list[int]": list,
-         "str | None": (str, type(None))}
+         "str | None": (str, type(None)), "float | None": (int, float, type(None))}
 
 
 def _problem(path: Path, key: str, message: str) -> ConfigError:
@@ -198,7 +201,7 @@ def _section(cls, table: dict, path: Path, prefix: str):
             raise _problem(path, f"{prefix}.{key}", f"unknown key; valid keys are {', '.join(known)}. Fix the spelling "
                                                     "or remove it")
         kind = known[key].type
-        if not isinstance(value, TYPES[kind]) or (kind in ("int", "float") and isinstance(value, bool)):
+        if not isinstance(value, TYPES[kind]) or (kind in ("int", "float", "float | None") and isinstance(value, bool)):
             raise _problem(path, f"{prefix}.{key}", f"{value!r} is not of type {kind}")
         if kind.startswith("list["):
             item = int if kind == "list[int]" else str

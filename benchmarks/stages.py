@@ -234,13 +234,15 @@ def handoff_speed(experiment: Experiment, argv: list[str], console: Console, plo
 def hidden_profile(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """The hidden-profile task against text communication (benchmarks/agents.py)."""
     from benchmarks.agents import measure_hidden_profile
+    from heterofold_hub.transfer.config import TransferConfig
 
     cfg = experiment.hidden_profile
     block = start_provenance(argv)
     model = _model(experiment, cfg.adapter)
     _model_block(model, block)
+    setting = None if cfg.select is None else TransferConfig(recompute=cfg.recompute or 0.0, select=cfg.select)
     return block, measure_hidden_profile(model, lengths=list(cfg.lengths), episodes=cfg.episodes,
-                                         formats=list(cfg.formats), data=cfg.data, seed=cfg.seed)
+                                         formats=list(cfg.formats), data=cfg.data, seed=cfg.seed, setting=setting)
 
 
 def conversation(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
