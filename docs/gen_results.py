@@ -15,13 +15,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gen_agents import conversation_markdown, hidden_profile_markdown, hidden_profile_sides_markdown  # noqa: E402
 from gen_tables import _load, stage  # noqa: E402
 
 RESULTS_DIR = "docs/results"  # one page per topic, relative to the repository root
 PAGES = {  # generated block -> the results page that shows it
     "retrieval-s2g": "retrieval.md", "speed-real": "speed.md", "speed-low-rank": "low-rank.md",
     "speed-low-rank-registered": "low-rank.md", "speed-low-rank-s2g": "low-rank.md", "speed-rank64-bf16": "low-rank.md",
-    "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md",
+    "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md", "agents-hidden-profile": "agents.md",
+    "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -178,7 +180,9 @@ def blocks() -> dict[str, str]:
             "speed-rank64-bf16": map_dtype_speed_markdown(("real-g2s-rank64-bf16", "bench"),
                                                           {"heterofold": "v1.1.0", "v1.0.0": "rank 64"}, "SmolLM2"),
             "bench-tiny": bench_markdown(),
-            "leg-error": leg_error_markdown()}
+            "leg-error": leg_error_markdown(), "agents-hidden-profile": hidden_profile_markdown(),
+            "agents-hidden-profile-sides": hidden_profile_sides_markdown(),
+            "agents-conversation": conversation_markdown()}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
