@@ -34,12 +34,16 @@ def _log(prefix: str):
 
 
 def measure_hidden_profile(model, *, lengths: list[int], episodes: int, formats: list[str], data: str,
-                           seed: int, setting: TransferConfig | None = None) -> dict:
+                           seed: int, setting: TransferConfig | None = None, extra: str = "") -> dict:
     """Every (length, format) cell of ``episodes`` episodes, plus each length's formats pooled. The ``kv
     recommended`` condition runs the registry's recommended setting for the adapter, or ``setting`` where the
-    registry recommends none (recorded as the setting's source)."""
+    registry recommends none (recorded as the setting's source); ``extra``: more kv conditions as a hand-off grid
+    (:func:`benchmarks.handoff.parse_grid`), each named ``kv SETTING``."""
+    from benchmarks.handoff import parse_grid
     from heterofold_hub.errors import HeteroFoldError
     from heterofold_hub.evaluation.hidden_profile import CONDITIONS, evaluate_hidden_profile, summarise_runs
+
+    more = {f"kv {s.name}": s.config for s in parse_grid(extra, [0])[1:]}  # [0] is the pure transfer
 
     recommended, source = model.recommended, "the registry"
     if recommended is not None and setting is not None:
@@ -56,13 +60,13 @@ def measure_hidden_profile(model, *, lengths: list[int], episodes: int, formats:
     exclude = known_facts(read_texts("bundled:wide"))
     result = {"sender": model.sender.name, "receiver": model.receiver.name, "recommended": recommended.to_dict(),
               "recommended_from": source,
-              "chat_template": template_source, "data": data, "episodes": episodes, "conditions": list(CONDITIONS),
+              "chat_template": template_source, "data": data, "episodes": episodes, "conditions": [*CONDITIONS, *more],
               "lengths": {}}
     for n in lengths:
         cells = {}
         for fmt in formats:
             prompts = make_handoff_prompts(fillers, model.receiver, n, episodes, fmt=fmt, seed=seed, exclude=exclude)
-            cell = evaluate_hidden_profile(model, prompts, recommended, chat_template=template, seed=seed,
+            cell = evaluate_hidden_profile(model, prompts, recommended, chat_template=template, extra=more, seed=seed,
                                            log=_log(f"{fmt} {n}"))
             cells[fmt] = cell
         pooled = summarise_runs([s for cell in cells.values() for s in cell["sides"]],

@@ -132,6 +132,7 @@ class HiddenProfile:
     # the kv condition's recompute where the adapter's registry entry recommends none ("statement" at 0.05)
     select: str | None = None
     recompute: float | None = None
+    extra: str = ""  # more kv conditions, a hand-off grid ("statement~0.7:0.05": keys left mapped scaled by 0.7)
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,8 @@ def hidden_profile(experiment: Experiment, argv: list[str], console: Console, pl
     _model_block(model, block)
     setting = None if cfg.select is None else TransferConfig(recompute=cfg.recompute or 0.0, select=cfg.select)
     return block, measure_hidden_profile(model, lengths=list(cfg.lengths), episodes=cfg.episodes,
-                                         formats=list(cfg.formats), data=cfg.data, seed=cfg.seed, setting=setting)
+                                         formats=list(cfg.formats), data=cfg.data, seed=cfg.seed, setting=setting,
+                                         extra=cfg.extra)
 
 
 def conversation(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gen_tables import RESULTS
 
+CONDITIONS = ("no communication", "text", "kv pure", "kv recommended")  # the per-side table's columns
 DIRECTIONS = {"s2g": "SmolLM2 -> Gemma 3", "g2s": "Gemma 3 -> SmolLM2"}
 LENGTHS = (512, 1024, 2048)
 
@@ -74,7 +75,7 @@ def hidden_profile_sides_markdown() -> str:
             for fmt, cell in entry["result"]["lengths"][str(n)]["formats"].items():
                 conditions = cell["conditions"]
                 for side in ("sender", "receiver"):
-                    rows = [conditions[c]["by_side"][side] for c in conditions]
+                    rows = [conditions[c]["by_side"][side] for c in CONDITIONS]
                     lines.append(f"| {label} | {n} | {fmt} | the {side}'s fact (n={rows[0]['n']}) | "
                                  + " | ".join(f"{r['exact_match']:.2f}" for r in rows) + " |")
     return "\n".join(lines)

@@ -71,9 +71,13 @@ def test_the_hidden_profile_runs_every_condition_on_every_episode(pair, prompts)
     model = pair[0]
     config = TransferConfig(recompute=0.1, select="statement")
     logged = []
-    result = evaluate_hidden_profile(model, prompts["code"], config, chat_template=TEMPLATE, log=logged.append)
+    extra = {"kv tail@0.1 k0.5": TransferConfig(recompute=0.1, select="tail", mapped_key_scale=0.5)}
+    result = evaluate_hidden_profile(model, prompts["code"], config, chat_template=TEMPLATE, extra=extra,
+                                     log=logged.append)
     assert result["sides"] == ["sender", "receiver", "sender", "receiver"]
-    assert list(result["conditions"]) == list(CONDITIONS) and logged == [logged[0]] and logged[0].startswith("4/4")
+    assert list(result["conditions"]) == [*CONDITIONS, *extra] and logged == [logged[0]] and logged[0].startswith("4/4")
+    again = evaluate_hidden_profile(model, prompts["code"], config, chat_template=TEMPLATE)  # the same episodes
+    assert all(again["conditions"][c]["hits"] == result["conditions"][c]["hits"] for c in CONDITIONS)
     text = result["conditions"]["text"]
     assert text["vs_text"]["mcnemar_p"] == 1.0 and text["ttft_speedup_vs_text"] == 1.0
     for name, row in result["conditions"].items():

@@ -101,9 +101,10 @@ def episode_segments(model, episode: Episode, chat_template: str | None) -> dict
 
 
 @torch.no_grad()
-def run_episode(model, episode: Episode, recommended: TransferConfig, *, chat_template: str | None,
-                budget: int) -> dict[str, dict]:
-    """Every condition of one episode: ``{condition: {"hit", "decoded", "ttft_s", "exchange_s"}}``."""
+def run_episode(model, episode: Episode, recommended: TransferConfig, *, chat_template: str | None, budget: int,
+                extra: dict[str, TransferConfig] | None = None) -> dict[str, dict]:
+    """Every condition of one episode: ``{condition: {"hit", "decoded", "ttft_s", "exchange_s"}}``; ``extra``: more
+    kv conditions by name, each its setting, read with the question as ``kv recommended`` is."""
     parts = episode_segments(model, episode, chat_template)
     prefix = model.compose(parts["prefix"])  # cached before the exchange; no condition pays it
     began = time.perf_counter()
@@ -113,9 +114,10 @@ def run_episode(model, episode: Episode, recommended: TransferConfig, *, chat_te
         "no communication": lambda: model.append(prefix, *parts["no communication"]),
         "text": lambda: model.append(prefix, *parts["text"]),
         "kv pure": lambda: model.append(prefix, Mapped(prefill, config=TransferConfig()), *parts["kv"]),
-        "kv recommended": lambda: model.append(prefix, Mapped(prefill, config=recommended), *parts["kv"],
-                                               query=episode.question),
     }
+    for name, config in {"kv recommended": recommended, **(extra or {})}.items():
+        calls[name] = lambda config=config: model.append(prefix, Mapped(prefill, config=config), *parts["kv"],
+                                                         query=episode.question)
     greedy = dict(do_sample=False, pad_token_id=model.receiver.tokenizer.pad_token_id or 0)
     out = {}
     for name, call in calls.items():
@@ -158,7 +160,7 @@ def summarise_runs(sides: list[str], runs: list[dict[str, dict]]) -> dict:
     text_hits = [run["text"]["hit"] for run in runs]
     text_ttft = [run["text"]["ttft_s"] for run in runs]
     out = {}
-    for name in CONDITIONS:
+    for name in runs[0]:
         hits = [run[name]["hit"] for run in runs]
         ttft = [run[name]["ttft_s"] for run in runs]
         row = {"n": len(hits), "correct": sum(hits), "exact_match": sum(hits) / len(hits),
@@ -176,9 +178,10 @@ def summarise_runs(sides: list[str], runs: list[dict[str, dict]]) -> dict:
 
 
 def evaluate_hidden_profile(model, prompts: list[HandoffPrompt], recommended: TransferConfig, *,
-                            chat_template: str | None, seed: int = 0, log=None) -> dict:
+                            chat_template: str | None, extra: dict[str, TransferConfig] | None = None, seed: int = 0,
+                            log=None) -> dict:
     """The episodes built on ``prompts`` (one each), every condition run on each; returns :func:`summarise_runs`'s
-    table, the episodes' sides and each episode's runs. ``log``: called with a progress line every 8 episodes."""
+    table, the episodes' sides and each episode's runs; ``extra``: more kv conditions (:func:`run_episode`). ``log``: called with a progress line every 8 episodes."""
     if not prompts:
         raise HeteroFoldError("No documents to build episodes on.")
     rng = random.Random(f"{seed}:hidden-profile")
@@ -187,9 +190,9 @@ def evaluate_hidden_profile(model, prompts: list[HandoffPrompt], recommended: Tr
     budget = 1 + max(len(tok(e.answer, add_special_tokens=False)["input_ids"]) for e in episodes)
     runs = []
     for i, episode in enumerate(episodes):
-        runs.append(run_episode(model, episode, recommended, chat_template=chat_template, budget=budget))
+        runs.append(run_episode(model, episode, recommended, chat_template=chat_template, budget=budget, extra=extra))
         if log is not None and ((i + 1) % 8 == 0 or i + 1 == len(episodes)):
-            done = {c: sum(r[c]["hit"] for r in runs) for c in CONDITIONS}
+            done = {c: sum(r[c]["hit"] for r in runs) for c in runs[0]}
             log(f"{i + 1}/{len(episodes)} episodes; correct so far " + ", ".join(f"{c} {k}" for c, k in done.items()))
     sides = [e.side for e in episodes]
     return {"episodes": len(episodes), "sides": sides, "conditions": summarise_runs(sides, runs), "runs": runs}
