@@ -24,6 +24,7 @@ PAGES = {  # generated block -> the results page that shows it
     "speed-low-rank-registered": "low-rank.md", "speed-low-rank-s2g": "low-rank.md", "speed-rank64-bf16": "low-rank.md",
     "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md", "agents-hidden-profile": "agents.md",
     "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
+    "map-diagnosis-s2g": "diagnosis.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -171,6 +172,22 @@ def leg_error_markdown(rows=LEG_ERROR_ROWS) -> str:
     return "\n".join(lines)
 
 
+def map_diagnosis_markdown(file: str) -> str:
+    """The map-diagnosis probe (``benchmarks/probes/map_diagnosis.py``): per hybrid, recovered, what it gains over
+    the pure map, KL, and a token class's share of the mapped rows."""
+    result = _load(file)
+    variants, shares = result["variants"], result["class_shares"]
+    pure = variants["pure map"]["recovered"]
+    lines = ["| made native | recovered | gained | KL | share of mapped rows |", "| --- | --- | --- | --- | --- |"]
+    for name, row in variants.items():
+        if name in ("native", "no-context"):
+            continue
+        share = f"{shares[name]:.3f}" if name in shares else ""
+        lines.append(f"| {name} | {row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['recovered'] - pure:+.3f} | "
+                     f"{row['kl']:.3f} | {share} |".replace("-0.000", "0.000"))
+    return "\n".join(lines)
+
+
 def blocks() -> dict[str, str]:
     return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(),
             "speed-low-rank": low_rank_speed_markdown(),
@@ -182,6 +199,7 @@ def blocks() -> dict[str, str]:
             "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown(), "agents-hidden-profile": hidden_profile_markdown(),
             "agents-hidden-profile-sides": hidden_profile_sides_markdown(),
+            "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
             "agents-conversation": conversation_markdown()}
 
 
