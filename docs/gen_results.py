@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_agents import conversation_markdown, hidden_profile_markdown, hidden_profile_sides_markdown  # noqa: E402
+from gen_agents import (conversation_markdown, hidden_profile_keyscale_markdown, hidden_profile_markdown,  # noqa: E402
+                        hidden_profile_sides_markdown)
 from gen_tables import _load, stage  # noqa: E402
 
 RESULTS_DIR = "docs/results"  # one page per topic, relative to the repository root
@@ -24,7 +25,7 @@ PAGES = {  # generated block -> the results page that shows it
     "speed-low-rank-registered": "low-rank.md", "speed-low-rank-s2g": "low-rank.md", "speed-rank64-bf16": "low-rank.md",
     "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md", "agents-hidden-profile": "agents.md",
     "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
-    "map-diagnosis-s2g": "diagnosis.md",
+    "agents-hidden-profile-keyscale": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -199,6 +200,7 @@ def blocks() -> dict[str, str]:
             "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown(), "agents-hidden-profile": hidden_profile_markdown(),
             "agents-hidden-profile-sides": hidden_profile_sides_markdown(),
+            "agents-hidden-profile-keyscale": hidden_profile_keyscale_markdown(),
             "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
             "agents-conversation": conversation_markdown()}
 
