@@ -26,6 +26,7 @@ PAGES = {  # generated block -> the results page that shows it
     "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md", "agents-hidden-profile": "agents.md",
     "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
     "agents-hidden-profile-keyscale": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
+    "map-diagnosis-g2s": "diagnosis.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -202,6 +203,7 @@ def blocks() -> dict[str, str]:
             "agents-hidden-profile-sides": hidden_profile_sides_markdown(),
             "agents-hidden-profile-keyscale": hidden_profile_keyscale_markdown(),
             "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
+            "map-diagnosis-g2s": map_diagnosis_markdown("real/probe-map-diagnosis-g2s-unseen-512.json"),
             "agents-conversation": conversation_markdown()}
 
 
