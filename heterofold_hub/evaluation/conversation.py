@@ -30,28 +30,7 @@ from heterofold_hub.transfer.config import TransferConfig
 from heterofold_hub.transfer.kvcache import view_of
 from heterofold_hub.transfer.segments import Mapped, Native
 from heterofold_hub.transfer.selects import needs_query, needs_surprisal
-
-SENTINEL = "HEXFOLDTURN{}X"
-
-
-def turn_pieces(tokenizer, messages: list[dict], chat_template: str | None) -> list[tuple[str, str]]:
-    """The rendered conversation cut at each message: ``[(scaffolding before message i, message i), ...]`` plus a
-    last ``("", closing scaffolding)``; the texts concatenate to exactly ``apply_chat_template(messages)``."""
-    template = chat_template or getattr(tokenizer, "chat_template", None)
-    if not template:
-        raise HeteroFoldError("This receiver has no chat template; pass chat_template= (e.g. GEMMA3_CHAT_TEMPLATE).")
-    marked = [{**m, "content": SENTINEL.format(i)} for i, m in enumerate(messages)]
-    render = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, chat_template=template)  # noqa: E731
-    rest, pieces = render(marked), []
-    for i, message in enumerate(messages):
-        head, found, rest = rest.partition(SENTINEL.format(i))
-        if not found:
-            raise HeteroFoldError(f"The chat template does not render message {i} once, verbatim.")
-        pieces.append((head, message["content"]))
-    pieces.append(("", rest))
-    if "".join(h + c for h, c in pieces) != render(messages):
-        raise HeteroFoldError("The chat template changes the turns' text (strip them, or pass another template).")
-    return pieces
+from heterofold_hub.transfer.templates import turn_pieces
 
 
 def split_turns(tokenizer, text: str, *, document_tokens: int, turn_tokens: int, turns: int) -> tuple[str, list[str]]:

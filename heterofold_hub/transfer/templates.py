@@ -128,9 +128,37 @@ def _sentinel(template: str, messages: list[dict]) -> str:
             return sentinel
 
 
-def _render(tokenizer, name: str, messages: list[dict], template: str) -> str:
+def turn_pieces(tokenizer, messages: list[dict], chat_template: str | None = None) -> list[tuple[str, str]]:
+    """A whole conversation cut at each message: ``[(scaffolding before message i, message i), ...]`` plus a last
+    ``("", closing scaffolding)``, whose texts concatenate to exactly ``apply_chat_template(messages)`` (no
+    generation prompt). Turn by turn, a receiver reads piece i's scaffolding natively and its message natively or
+    mapped. Refuses a template that does not render every message once, verbatim."""
+    name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise HeteroFoldError(f"The tokenizer {name!r} has no chat template; pass chat_template= (e.g. "
+                              "GEMMA3_CHAT_TEMPLATE for the Gemma 3 family).")
+    base = _sentinel(template, messages)
+    marks = [f"{base}{i}Y" for i in range(len(messages))]
+    rest = _render(tokenizer, name, [{**m, "content": mark} for m, mark in zip(messages, marks)], template,
+                   generation_prompt=False)
+    pieces = []
+    for message, mark in zip(messages, marks):
+        head, found, rest = rest.partition(mark)
+        if not found or mark in rest:
+            raise HeteroFoldError(f"The chat template of {name!r} does not render each message once; pass a "
+                                  "chat_template= that renders every turn's content once.")
+        pieces.append((head, message["content"]))
+    pieces.append(("", rest))
+    if "".join(h + c for h, c in pieces) != _render(tokenizer, name, messages, template, generation_prompt=False):
+        raise HeteroFoldError(f"The chat template of {name!r} changes the turns' text (it trims or reformats it): "
+                              "strip the turns, or pass a chat_template= that inserts them as they are.")
+    return pieces
+
+
+def _render(tokenizer, name: str, messages: list[dict], template: str, *, generation_prompt: bool = True) -> str:
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
                                              chat_template=template)
     except Exception as err:  # jinja2's TemplateError, and what a template raises itself (raise_exception)
         raise HeteroFoldError(f"The chat template of {name!r} refused this conversation ({type(err).__name__}: "
