@@ -4,20 +4,16 @@ conversation's fidelity and time per turn, read from the committed results of th
 
 from __future__ import annotations
 
-from gen_tables import RESULTS
+from gen_tables import RESULTS, stage
 
 CONDITIONS = ("no communication", "text", "kv pure", "kv recommended")  # the per-side table's columns
 DIRECTIONS = {"s2g": "SmolLM2 -> Gemma 3", "g2s": "Gemma 3 -> SmolLM2"}
 LENGTHS = (512, 1024, 2048)
 
 
-def _stage(name: str, stage: str) -> dict | None:
-    import json
-
-    path = RESULTS / f"{name}.json"
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())["stages"].get(stage)
+def _stage(name: str, stage_name: str) -> dict | None:
+    """The stage entry of experiment ``name``'s results, or None when the experiment has not been run."""
+    return stage((name, stage_name)) if (RESULTS / f"{name}.json").is_file() else None
 
 
 def _interval(pair) -> str:

@@ -154,7 +154,7 @@ def evaluate_conversation(a_to_b, b_to_a, texts: list[str], settings: dict[str, 
                           conversations: int, document_tokens: int, turn_tokens: int, turns: int, score_tokens: int,
                           templates: dict, seed: int = 0, log=None) -> dict:
     """Per turn, over ``conversations``: each setting's recovered, KL and top-1 (with errors), the hand-off and
-    prefill seconds, and the listener's history length."""
+    prefill seconds and the listener's history length (each the upper median over conversations)."""
     if a_to_b.sender.name != b_to_a.receiver.name or a_to_b.receiver.name != b_to_a.sender.name:
         raise HeteroFoldError(f"The two pairs must be one pair both ways; got {a_to_b.sender.name} -> "
                               f"{a_to_b.receiver.name} and {b_to_a.sender.name} -> {b_to_a.receiver.name}.")
