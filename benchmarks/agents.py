@@ -119,13 +119,15 @@ def conversation_table(result: dict) -> Table:
     t = Table(title=f"{result['agent_a']} <-> {result['agent_b']}, {result['conversations']} conversations: the "
                     "listener's next turn after each hand-off (recovered ± se, KL), and the hand-off's time")
     for column in ("turn", "to", "history", *[f"{n} recovered" for n in names], *[f"{n} KL" for n in names],
-                   "prefill", *[f"{n} hand-off" for n in names], "sender's prefill"):
+                   *[f"{n} KL, last turn only" for n in names], "prefill", *[f"{n} hand-off" for n in names],
+                   "sender's prefill"):
         t.add_column(column, justify="right")
     for row in result["per_turn"]:
-        s, timing = row["settings"], row["median_s"]
+        s, timing, only = row["settings"], row["median_s"], row["last_turn_only"]
         t.add_row(str(row["turn"]), row["listener"], str(row["history_tokens"]),
                   *[f"{s[n]['recovered']:.3f} ± {s[n]['recovered_se']:.3f}" for n in names],
-                  *[f"{s[n]['kl']:.3f}" for n in names], f"{timing['native_s'] * 1000:.0f} ms",
+                  *[f"{s[n]['kl']:.3f}" for n in names], *[f"{only[n]['kl']:.3f}" for n in names],
+                  f"{timing['native_s'] * 1000:.0f} ms",
                   *[f"{timing[n + '_s'] * 1000:.0f} ms" for n in names], f"{timing['sender_prefill_s'] * 1000:.0f} ms")
     return t
 
@@ -143,7 +145,10 @@ def conversation_plot(result: dict, path: Path) -> None:
     for name in names:
         rec = [row["settings"][name]["recovered"] for row in result["per_turn"]]
         se = [1.96 * row["settings"][name]["recovered_se"] for row in result["per_turn"]]
-        left.errorbar(turns, rec, yerr=se, marker="o", capsize=3, label=name)
+        line = left.errorbar(turns, rec, yerr=se, marker="o", capsize=3, label=name)
+        only = [row["last_turn_only"][name]["recovered"] for row in result["per_turn"]]
+        left.plot(turns, only, linestyle="--", marker="x", color=line.lines[0].get_color(),
+                  label=f"{name}, earlier turns native")
     left.set(xlabel="turn handed over", ylabel="recovered on the listener's next turn",
              title="Fidelity per turn (1 = native)")
     left.legend()

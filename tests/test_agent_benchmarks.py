@@ -124,8 +124,13 @@ def test_a_conversation_keeps_each_agents_turns_in_order_and_scores_native_as_na
     assert all(r2["history_tokens"] > r1["history_tokens"] for r1, r2 in zip(rows, rows[1:]))
     for row in rows:
         assert row["measures"]["native"]["kl"] == 0.0 and row["measures"]["native"]["top1"] == 1.0
-        assert set(row["measures"]) == {"native", "without", *settings}
+        assert set(row["measures"]) == {"native", "without", *settings, *map(conv.last_only_name, settings)}
         assert all(torch.isfinite(torch.tensor(m["nll"])) for m in row["measures"].values())
+    # each listener's first hand-off has no earlier mapped turn, so a setting equals its control there; by turn 3
+    # agent B's history holds turn 1 mapped, which the control reads natively
+    for name in settings:
+        control = conv.last_only_name(name)
+        assert [rows[k]["measures"][name] == rows[k]["measures"][control] for k in range(3)] == [True, True, False]
 
 
 def test_the_listeners_native_cache_is_the_rendered_conversation(pair):
@@ -165,3 +170,23 @@ def test_continuation_logits_are_the_receivers_own_over_the_whole_text(pair):
     with torch.no_grad():
         reference = receiver(input_ids=whole[None]).logits[0, result.input_ids.shape[1] - 1:-1].float()
     assert got.shape == reference.shape and torch.allclose(got, reference, atol=1e-4)
+
+
+def test_the_conversation_table_and_plot_show_each_setting_beside_its_control(pair, tmp_path):
+    """The benchmark's table and plot read every turn's setting and its last-turn-only control."""
+    from benchmarks.agents import conversation_plot, conversation_table
+
+    a_to_b, b_to_a = pair
+    settings = {"kv pure": TransferConfig(), "kv tail@0.1": TransferConfig(recompute=0.1, select="tail")}
+    result = conv.evaluate_conversation(a_to_b, b_to_a, read_texts("bundled:unseen"), settings, conversations=2,
+                                        document_tokens=48, turn_tokens=40, turns=3, score_tokens=16,
+                                        templates={"a": TEMPLATE, "b": TEMPLATE})
+    result |= {"agent_a": a_to_b.sender.name, "agent_b": a_to_b.receiver.name}
+    first = result["per_turn"][0]
+    assert first["last_turn_only"] == first["settings"]  # no earlier mapped turn yet: the control is the setting
+    table = conversation_table(result)
+    assert [c.header for c in table.columns][-4:] == ["prefill", "kv pure hand-off", "kv tail@0.1 hand-off",
+                                                      "sender's prefill"]
+    assert "kv tail@0.1 KL, last turn only" in [c.header for c in table.columns] and table.row_count == 3
+    conversation_plot(result, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -11,7 +11,9 @@ one text, so each turn is evidence for the next.
 After turn k reaches its listener, the listener's next turn (k + 1) is scored teacher-forced on each of its caches:
 NLL and KL(native || mapped) per token, and ``recovered = (NLL_without - NLL_mapped) / (NLL_without - NLL_native)``
 where ``without`` is the native cache with turn k left out, pooled over conversations with jackknife errors (as
-:mod:`heterofold_hub.evaluation.fidelity`). Times per turn: the listener's hand-off (``append`` of the mapped turn)
+:mod:`heterofold_hub.evaluation.fidelity`). Beside each setting runs its control, the native history with only
+turn k mapped: where the setting falls below its control, earlier mapped turns cost the listener (accumulation);
+where both fall together, the turn itself got harder to map (a longer history, another passage). Times per turn: the listener's hand-off (``append`` of the mapped turn)
 against its prefill of the turn (``append`` of it as native text), and the speaker's prefill of its turn alone, which
 a mapped turn needs today (the speaker's in-context cache of its own turn is not a ``SenderPrefill``).
 """
@@ -71,8 +73,14 @@ def continuation_logits(model, result, ids: torch.Tensor) -> torch.Tensor:
     return out.logits[0].float()
 
 
+def last_only_name(setting: str) -> str:
+    """The name of ``setting``'s control: every earlier turn read natively, only the last one mapped."""
+    return f"{setting}, last turn only"
+
+
 class Agent:
-    """One agent's caches: ``native`` (everything read natively) and one per setting (the other's turns mapped)."""
+    """One agent's caches: ``native`` (everything read natively), one per setting (the other's turns mapped), and
+    per setting the control of the last hand-off (``last_only``: the native history, only that turn mapped)."""
 
     def __init__(self, model, pieces: list[tuple[str, str]], settings: dict[str, TransferConfig]):
         self.model, self.pieces, self.settings = model, pieces, settings
@@ -81,6 +89,8 @@ class Agent:
         self.native = model.compose(first)
         self.mapped = {name: self.native for name in settings}  # the shared document is read natively by both
         self.before = None  # the native cache before the last turn handed over (the "without" reference)
+        # the control for accumulation: the native history with only the last turn mapped (kept for scoring only)
+        self.last_only: dict = {}
 
     def own_turn(self, index: int) -> None:
         head, content = self.pieces[index]
@@ -101,6 +111,8 @@ class Agent:
             self.mapped[name] = self.model.append(self.mapped[name], Native(head),
                                                   Mapped(prefill, via=via, config=config))
             seconds[f"{name}_s"] = time.perf_counter() - began
+            self.last_only[last_only_name(name)] = self.model.append(self.before, Native(head),
+                                                                     Mapped(prefill, via=via, config=config))
         return seconds
 
     def score_next(self, index: int, score_tokens: int) -> dict[str, dict[str, torch.Tensor]]:
@@ -112,7 +124,8 @@ class Agent:
         ids = torch.cat([head_ids, content_ids])
         model = self.model.receiver.model
         logits = {name: continuation_logits(model, cache, ids)[len(head_ids):][None]
-                  for name, cache in [("native", self.native), ("without", self.before), *self.mapped.items()]}
+                  for name, cache in [("native", self.native), ("without", self.before), *self.mapped.items(),
+                                      *self.last_only.items()]}
         targets = content_ids[None]
         return {name: token_measures(value, logits["native"], targets) for name, value in logits.items()}
 
@@ -185,6 +198,7 @@ def evaluate_conversation(a_to_b, b_to_a, texts: list[str], settings: dict[str, 
         per_turn.append({"turn": k + 1, "listener": rows[0]["listener"],
                          "history_tokens": sorted(r["history_tokens"] for r in rows)[len(rows) // 2],
                          "settings": {name: summary[name] for name in settings}, "native": summary["native"],
+                         "last_turn_only": {name: summary[last_only_name(name)] for name in settings},
                          "median_s": timing})
     return {"conversations": len(runs), "turns": turns, "document_tokens": document_tokens,
             "turn_tokens": turn_tokens, "score_tokens": score_tokens,
