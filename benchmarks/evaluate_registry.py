@@ -12,7 +12,8 @@ never edits the registry by itself:
 ``recommend`` reads one pair's committed hand-off experiments (``benchmarks/results/PREFIX*.json``, ``--experiments
 PREFIX``, ``real-s2g-handoff`` by default): among the settings a user can run (not the oracle, which needs the
 answer's place) measured at every length, on at least ``--min-docs`` documents per cell, it takes the one
-recomputing the least that keeps at least 90% of native exact match in every cell (format x length), and records
+recomputing the least that keeps at least 90% of native exact match in every cell (format x length) (of settings
+recomputing the same positions, the one whose lowest cell keeps the most), and records
 it, with every cell's share kept and the end-to-end speed-ups of ``PREFIX-speed``, as the adapter version's
 recommended setting. Where none qualifies it records nothing and says which came closest.
 
@@ -139,6 +140,23 @@ def handoff_cells(paths: list[Path], min_docs: int) -> tuple[dict, dict]:
     return cells, made
 
 
+def recommended_fields(name: str) -> dict:
+    """The registry's ``recommended`` block for a setting named as results name it (``TransferConfig.label``:
+    ``statement@0.05``, ``query@0.02+L2``, ``statement@0.05 k0.7``)."""
+    from heterofold_hub.transfer.config import TransferConfig
+
+    base, _, scale = name.partition(" k")
+    base, _, repair = base.partition("+L")
+    select, _, share = base.partition("@")
+    fields = {"recompute": float(share or 0), "select": select, "repair_layers": int(repair or 0)}
+    if scale:
+        fields["mapped_key_scale"] = float(scale)
+    if TransferConfig.from_dict(fields).label != name:
+        raise SystemExit(f"{name!r} does not name one transfer setting; the results name settings as "
+                         "TransferConfig.label does (statement@0.05, query@0.02+L2, statement@0.05 k0.7).")
+    return fields
+
+
 def recommend(args) -> None:
     paths = sorted(args.results.glob(f"{args.experiments}*.json"))
     speed_path = args.results / f"{args.experiments}-speed.json"
@@ -149,7 +167,8 @@ def recommend(args) -> None:
         raise SystemExit(f"{speed_path.name} is missing: time the pair's settings (python -m benchmarks run "
                          f"{args.experiments}-speed --stage handoff-speed), then recommend.")
     cells, made = handoff_cells([p for p in paths if p != speed_path], args.min_docs)
-    cells = {name: rows for name, rows in cells.items() if not name.startswith("oracle")}  # needs the answer's place
+    # the oracle needs the answer's place; a deferred setting is another's config timed another way
+    cells = {name: rows for name, rows in cells.items() if not name.startswith("oracle") and not name.endswith("deferred")}
     speed = json.loads(speed_path.read_text())["stages"]["handoff-speed"]
     made[speed_path.name] = speed["provenance"]
     for name, block in made.items():
@@ -170,9 +189,9 @@ def recommend(args) -> None:
         best = max(lowest, key=lowest.get)
         raise SystemExit(f"no setting keeps {KEEP:.0%} of native in every cell; closest: {best} (lowest "
                          f"{lowest[best]:.2f}). Nothing recorded.")
-    chosen = min(passing, key=lambda name: max(r["recomputed_share"] for r in measured[name].values()))
-    chosen = (chosen, measured[chosen])
-    name, rows = chosen
+    # the least recompute; among equals (one selection, the keys left mapped scaled or not) the most kept
+    name = min(passing, key=lambda n: (max(r["recomputed_share"] for r in measured[n].values()), -lowest[n]))
+    rows = measured[name]
     lengths_timed = speed["result"]["lengths"]
     if name not in next(iter(lengths_timed.values()))["settings"]:
         raise SystemExit(f"{name} is not in {speed_path.name}: time it (python -m benchmarks run "
@@ -181,8 +200,6 @@ def recommend(args) -> None:
     results |= {f"recomputed_{fmt}_{n}": r["recomputed_share"] for (fmt, n), r in sorted(rows.items())}
     results |= {f"speedup_{n}": row["settings"][name]["speedup"] for n, row in lengths_timed.items()}
     results |= {f"speedup_transfer_{n}": row["settings"]["transfer"]["speedup"] for n, row in lengths_timed.items()}
-    select, _, fraction = name.split("+")[0].partition("@")
-    repair = int(name.split("+L")[1]) if "+L" in name else 0
     newest = max(made.values(), key=lambda block: block["date"])
     repo_id, version = sources.pop().split("@")
     registry = open_registry(args.registry)
@@ -191,7 +208,7 @@ def recommend(args) -> None:
         "task": "retrieval-handoff", "data": data, "date": newest["date"], "commit": newest["git"]["commit"],
         "command": "python benchmarks/evaluate_registry.py recommend (from " + ", ".join(sorted(made)) + ")",
         "results": results,
-        "recommended": {"recompute": float(fraction or 0), "select": select, "repair_layers": repair}})
+        "recommended": recommended_fields(name)})
     registry.save()
     print(f"recorded {name} for {repo_id}@{version} in {registry.path}")
 

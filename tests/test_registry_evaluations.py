@@ -177,3 +177,41 @@ def test_recommend_reads_the_named_pairs_experiments_and_never_recommends_the_or
     evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
     assert evaluation.recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0}
     assert evaluation.results["kept_code_512"] == 0.93 and evaluation.results["speedup_2047"] == 12.0
+
+
+def test_recommend_prefers_the_setting_that_keeps_more_for_the_same_recompute_and_records_its_key_scale(
+        registry_copy, tmp_path):
+    """Two settings recomputing the same positions (the keys left mapped scaled or not): the one whose lowest cell
+    keeps more is recorded, its ``mapped_key_scale`` with it, and it loads as the version's recommended config."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+    from heterofold_hub.transfer.config import TransferConfig
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _handoff_file(results / "real-s2g-handoff.json", "handoff", _cells(512, {
+        "statement@0.05": (0.93, 0.03), "statement@0.05 k0.7": (1.2, 0.03), "statement@0.05 k0.5": (0.95, 0.03)}))
+    timed = {"settings": {"transfer": {"speedup": 40.0}, "statement@0.05 k0.7": {"speedup": 9.0}}}
+    _handoff_file(results / "real-s2g-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
+    version = next(v for e in Registry.load(registry_copy).adapters if e.repo_id == REPO
+                   for v in e.versions if v.version == "v1.1.0")
+    recommended = version.evaluations[-1].recommended
+    assert recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0, "mapped_key_scale": 0.7}
+    assert TransferConfig.from_dict(recommended).label == "statement@0.05 k0.7"
+    from helpers import hf_fold
+
+    shown = hf_fold("show", REPO, "--registry", str(registry_copy))
+    assert "recompute 0.05 by statement (reads the prompt), keys left mapped x0.7" in shown.stdout, shown.stderr
+
+
+def test_a_recommended_key_scale_is_checked_like_the_other_fields(registry_copy):
+    registry = Registry.load(registry_copy)
+    bad = {**EVALUATION, "recommended": {**EVALUATION["recommended"], "mapped_key_scale": "0.7"}}
+    with pytest.raises(RegistryError, match="recommended.mapped_key_scale: found str '0.7'; expected a number"):
+        registry.add_evaluation(repo_id=REPO, version=version_of(registry, REPO).version, evaluation=bad)
+    zero = {**EVALUATION, "recommended": {**EVALUATION["recommended"], "mapped_key_scale": 0.0}}
+    with pytest.raises(RegistryError, match="mapped_key_scale"):
+        registry.add_evaluation(repo_id=REPO, version=version_of(registry, REPO).version, evaluation=zero)

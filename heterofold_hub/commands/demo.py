@@ -101,9 +101,7 @@ def run_demo(args: DemoArgs, *, log=print) -> dict:
 
 
 def _name(config) -> str:
-    if not config.active:
-        return "pure"
-    return f"{config.select_name}@{config.recompute:g}" + (f"+L{config.repair_layers}" if config.repair_layers else "")
+    return config.label if config.active else "pure"
 
 
 def demo_table(result: dict):

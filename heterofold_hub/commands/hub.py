@@ -153,7 +153,8 @@ def evaluation_row(version: str, e) -> list[str]:
     recommended = "none" if e.recommended is None else (
         f"recompute {e.recommended['recompute']:g} by {e.recommended['select']}"
         + (" (reads the prompt)" if _reads_prompt(e.recommended["select"]) else "")
-        + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else ""))
+        + (f" + first {e.recommended['repair_layers']} layers" if e.recommended["repair_layers"] else "")
+        + (f", keys left mapped x{scale:g}" if (scale := e.recommended.get("mapped_key_scale", 1)) != 1 else ""))
     data = e.data + (f", {e.windows} x {e.context_tokens} tokens" if e.windows and e.context_tokens else "")
     return [version, e.task, data, e.date, results, recommended]
 

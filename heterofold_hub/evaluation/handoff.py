@@ -128,12 +128,7 @@ class Setting:
     def name(self) -> str:
         """``transfer``, ``oracle`` or ``select@share``, then ``+L<repaired layers>``, `` k<key scale>``,
         `` deferred`` where they apply (the names results and plots use)."""
-        c = self.config
-        base = "transfer" if c.recompute == 0 and c.select_name != "oracle" else (
-            "oracle" if c.select_name == "oracle" else f"{c.select_name}@{c.recompute:g}")
-        return (base + (f"+L{c.repair_layers}" if c.repair_layers else "")
-                + (f" k{c.mapped_key_scale:g}" if c.mapped_key_scale != 1 else "")
-                + (" deferred" if self.deferred else ""))
+        return self.config.label + (" deferred" if self.deferred else "")
 
     def record(self) -> dict:
         return {**self.config.to_dict(), "deferred": self.deferred}

@@ -70,7 +70,7 @@ class Evaluation:
     what was measured (``task``), on which text (``data``, and how much of it: ``windows`` of ``context_tokens``),
     when and by which code (``date``, ``commit``, ``command``), the figures (``results``: names to finite numbers)
     and, for a recompute trade-off, the ``recommended`` transfer settings (``recompute``, ``select``,
-    ``repair_layers``) users get by default."""
+    ``repair_layers``, and ``mapped_key_scale`` where it is not 1) users get by default."""
 
     task: str
     data: str
@@ -87,11 +87,12 @@ class Evaluation:
         out.update({k: v for k, v in (("windows", self.windows), ("context_tokens", self.context_tokens)) if v is not None})
         out.update({"date": self.date, "commit": self.commit, "command": self.command, "results": dict(self.results)})
         if self.recommended is not None:
-            out["recommended"] = _ordered(self.recommended, RECOMMENDED_FIELDS)
+            out["recommended"] = _ordered(self.recommended, [*RECOMMENDED_FIELDS, *OPTIONAL_RECOMMENDED_FIELDS])
         return out
 
 
 RECOMMENDED_FIELDS = {"recompute": float, "select": str, "repair_layers": int}
+OPTIONAL_RECOMMENDED_FIELDS = {"mapped_key_scale": float}  # absent: 1, the keys left mapped unscaled
 
 
 @dataclass
@@ -305,9 +306,11 @@ class EntryParser:
             self.value(value, f"{where}.results.{name}", float)
         recommended = raw.get("recommended")
         if recommended is not None:
-            self.keys(recommended, _join(where, "recommended"), tuple(RECOMMENDED_FIELDS))
-            for name, kind in RECOMMENDED_FIELDS.items():
-                self.value(recommended[name], f"{where}.recommended.{name}", kind)
+            self.keys(recommended, _join(where, "recommended"), tuple(RECOMMENDED_FIELDS),
+                      tuple(OPTIONAL_RECOMMENDED_FIELDS))
+            for name, kind in (RECOMMENDED_FIELDS | OPTIONAL_RECOMMENDED_FIELDS).items():
+                if name in recommended:
+                    self.value(recommended[name], f"{where}.recommended.{name}", kind)
             self.recommended(recommended, _join(where, "recommended"), owner, receiver_layers)
         return Evaluation(task=raw["task"], data=raw["data"], date=raw["date"],
                           commit=self.pattern(raw["commit"], _join(where, "commit"), _COMMIT_RE,

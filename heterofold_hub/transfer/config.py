@@ -94,6 +94,15 @@ class TransferConfig:
                 or self.mapped_key_scale != 1)
 
     @property
+    def label(self) -> str:
+        """A short name for tables and logs: ``transfer``, ``oracle`` or ``select@share``, then ``+L<repaired
+        layers>`` and `` k<key scale>`` where they apply (``statement@0.05 k0.7``)."""
+        base = "transfer" if self.recompute == 0 and self.select_name != "oracle" else (
+            "oracle" if self.select_name == "oracle" else f"{self.select_name}@{self.recompute:g}")
+        return (base + (f"+L{self.repair_layers}" if self.repair_layers else "")
+                + (f" k{self.mapped_key_scale:g}" if self.mapped_key_scale != 1 else ""))
+
+    @property
     def reads_prompt(self) -> bool:
         return self.active and needs_query(self.select)
 
