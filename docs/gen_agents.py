@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from gen_tables import RESULTS, stage
 
+from heterofold_hub.transfer.config import TransferConfig
+
 CONDITIONS = ("no communication", "text", "kv pure", "kv recommended")  # the per-side table's columns
 DIRECTIONS = {"s2g": "SmolLM2 -> Gemma 3", "g2s": "Gemma 3 -> SmolLM2"}
 LENGTHS = (512, 1024, 2048)
@@ -23,8 +25,7 @@ def _interval(pair) -> str:
 def _kv_label(result: dict) -> str:
     """The recommended condition with its setting, and where the setting came from when not the registry (results
     written before the source was recorded required the registry's)."""
-    setting = result["recommended"]
-    name = f"{setting['select']}@{setting['recompute']:g}"
+    name = TransferConfig.from_dict(result["recommended"], strict=False).label
     return f"kv recommended ({name})" if result.get("recommended_from", "the registry") == "the registry" else f"kv {name} (none registered)"
 
 
@@ -88,13 +89,14 @@ def conversation_markdown(name: str = "real-conversation") -> str:
     names = list(result["settings"])
     agents = {"a": result["agent_a"], "b": result["agent_b"]}
     lines = ["| turn | to | history | " + " | ".join(f"{n}: recovered, KL" for n in names)
+             + " | " + " | ".join(f"{n}, earlier turns native: recovered, KL" for n in names)
              + " | read natively | " + " | ".join(f"{n} hand-off" for n in names) + " | sender's prefill of the turn |",
-             "| --- " * (5 + 2 * len(names)) + "|"]
+             "| --- " * (5 + 3 * len(names)) + "|"]
+    cell = lambda m: f"{m['recovered']:.3f} ± {m['recovered_se']:.3f}, {m['kl']:.3f}"  # noqa: E731
     for row in result["per_turn"]:
-        s, t = row["settings"], row["median_s"]
+        s, t, only = row["settings"], row["median_s"], row["last_turn_only"]
         lines.append(f"| {row['turn']} | {agents[row['listener']].split('/')[-1]} | {row['history_tokens']} | "
-                     + " | ".join(f"{s[n]['recovered']:.3f} ± {s[n]['recovered_se']:.3f}, {s[n]['kl']:.3f}"
-                                  for n in names)
+                     + " | ".join(cell(s[n]) for n in names) + " | " + " | ".join(cell(only[n]) for n in names)
                      + f" | {t['native_s'] * 1000:.0f} ms | "
                      + " | ".join(f"{t[n + '_s'] * 1000:.0f} ms" for n in names)
                      + f" | {t['sender_prefill_s'] * 1000:.0f} ms |")
@@ -107,15 +109,15 @@ def hidden_profile_keyscale_markdown(name: str = "real-s2g-hidden-profile-2048-k
     entry = _stage(name, "hidden-profile")
     if entry is None:
         return f"Not run yet: `python -m benchmarks run {name} --stage hidden-profile`."
-    lines = ["| condition | exact match (95% CI) | share of text (95% CI) | McNemar p vs text | the sender's facts | "
-             "the receiver's notes | TTFT |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| tokens | condition | episodes | exact match (95% CI) | share of text (95% CI) | McNemar p vs text | "
+             "the sender's facts | the receiver's notes | TTFT |", "| --- " * 9 + "|"]
     result = entry["result"]
-    for length in result["lengths"].values():
+    for tokens, length in result["lengths"].items():
         for condition, row in length["pooled"].items():
             ratio = row["vs_text"]["ratio"]
             share = "—" if ratio is None else f"{ratio:.2f} ({_interval(row['vs_text']['interval'])})"
             label = _kv_label(result) if condition == "kv recommended" else condition
-            lines.append(f"| {label} | {row['exact_match']:.2f} ({_interval(row['interval'])}) | {share} | "
+            lines.append(f"| {tokens} | {label} | {row['n']} | {row['exact_match']:.2f} ({_interval(row['interval'])}) | {share} | "
                          f"{row['vs_text']['mcnemar_p']:.3f} | {row['by_side']['sender']['exact_match']:.2f} | "
                          f"{row['by_side']['receiver']['exact_match']:.2f} | {row['ttft_s'] * 1000:.0f} ms |")
     return "\n".join(lines)
