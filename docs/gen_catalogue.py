@@ -111,16 +111,14 @@ def kv_ridge(entry: dict) -> tuple[float, str] | None:
 
 
 def recommended(entry: dict) -> tuple[str, dict] | None:
-    """The newest version's recommended setting as the registry records it (``select@share``) and that
+    """The newest version's recommended setting as results name it (``TransferConfig.label``) and that
     evaluation's results, or None when the version recommends none."""
     found = [e for e in entry["versions"][-1].get("evaluations", []) if e.get("recommended")]
     if not found:
         return None
     from heterofold_hub.transfer.config import TransferConfig
 
-    config = TransferConfig.from_dict(found[-1]["recommended"])
-    name = f"{config.select_name}@{config.recompute:g}" + (f"+L{config.repair_layers}" if config.repair_layers else "")
-    return name, found[-1]["results"]
+    return TransferConfig.from_dict(found[-1]["recommended"]).label, found[-1]["results"]
 
 
 def facts_cell(entry: dict) -> str:

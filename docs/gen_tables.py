@@ -37,10 +37,8 @@ DIRECTIONS = {
         "fidelity": {512: (("real-s2g", "train", "heterofold"), ("real-s2g", "train", "kv-ridge")),
                      2048: (("real-s2g", "score", "2048"), ("real-s2g", "score", "2048"))},
         # (source, format): the hand-off runs of every cell the recommended setting was chosen on
-        "retrieval": [(("real-s2g-handoff", "handoff"), "code"), (("real-s2g-handoff-1024", "handoff"), "code"),
-                      (("real-s2g-handoff-2048-statement", "handoff"), "code"),
-                      (("real-s2g-handoff", "handoff"), "prose"),
-                      (("real-s2g-handoff-2048-statement-prose", "handoff"), "prose")],
+        "retrieval": [(("real-s2g-handoff-keyscale-long", "handoff"), "code"),
+                      (("real-s2g-handoff-keyscale-long", "handoff"), "prose")],
         "setting": "statement@0.05",  # shown when the registry recommends none
         "both_baselines": ("real-bench", "bench"),
         # the other settings: facts and fidelity together, one recompute setting with bf16 products (its retrieval
