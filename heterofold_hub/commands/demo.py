@@ -3,8 +3,9 @@
 SmolLM2-135M (the sender agent) reads a document holding a few facts; Gemma 3 270M (the receiver agent) answers
 questions about it three ways: after its own prefill of the document (what a user runs today), from the pure
 transfer of SmolLM2's cache, and with the adapter version's recommended setting (the transfer plus a native
-recompute of the line the question asks about). Each row shows the answers and what the receiver paid to hold the
-document: its own prefill, or the hand-off (plan + map + recompute), timed side by side in this one run.
+recompute of the line the question asks about, and the keys left mapped scaled where it says so). Each row shows
+the answers and what the receiver paid to hold the document: its own prefill, or the hand-off (plan + map +
+recompute), timed side by side in this one run.
 """
 
 from __future__ import annotations
