@@ -12,10 +12,10 @@ never edits the registry by itself:
 ``recommend`` reads one pair's committed hand-off experiments (``benchmarks/results/PREFIX*.json``, ``--experiments
 PREFIX``, ``real-s2g-handoff`` by default): among the settings a user can run (not the oracle, which needs the
 answer's place) measured at every length, on at least ``--min-docs`` documents per cell, it takes the one
-recomputing the least that keeps at least 90% of native exact match in every cell (format x length) (of settings
-recomputing the same positions, the one whose lowest cell keeps the most), and records
-it, with every cell's share kept and the end-to-end speed-ups of ``PREFIX-speed``, as the adapter version's
-recommended setting. Where none qualifies it records nothing and says which came closest.
+recomputing the least that keeps at least 90% of native exact match in every cell (format x length; of settings
+recomputing the same positions, the one whose lowest cell keeps the most), and records it, with every cell's share
+kept and the end-to-end speed-ups of ``PREFIX-speed``, as the adapter version's recommended setting. Where none
+qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
 prefill and no context. ``record`` refuses results from code with uncommitted changes (their commit would not
@@ -168,7 +168,8 @@ def recommend(args) -> None:
                          f"{args.experiments}-speed --stage handoff-speed), then recommend.")
     cells, made = handoff_cells([p for p in paths if p != speed_path], args.min_docs)
     # the oracle needs the answer's place; a deferred setting is another's config timed another way
-    cells = {name: rows for name, rows in cells.items() if not name.startswith("oracle") and not name.endswith("deferred")}
+    cells = {name: rows for name, rows in cells.items()
+             if not name.startswith("oracle") and not name.endswith("deferred")}
     speed = json.loads(speed_path.read_text())["stages"]["handoff-speed"]
     made[speed_path.name] = speed["provenance"]
     for name, block in made.items():

@@ -13,9 +13,10 @@ NLL and KL(native || mapped) per token, and ``recovered = (NLL_without - NLL_map
 where ``without`` is the native cache with turn k left out, pooled over conversations with jackknife errors (as
 :mod:`heterofold_hub.evaluation.fidelity`). Beside each setting runs its control, the native history with only
 turn k mapped: where the setting falls below its control, earlier mapped turns cost the listener (accumulation);
-where both fall together, the turn itself got harder to map (a longer history, another passage). Times per turn: the listener's hand-off (``append`` of the mapped turn)
-against its prefill of the turn (``append`` of it as native text), and the speaker's prefill of its turn alone, which
-a mapped turn needs today (the speaker's in-context cache of its own turn is not a ``SenderPrefill``).
+where both fall together, the turn itself got harder to map (a longer history, another passage). Times per turn:
+the listener's hand-off (``append`` of the mapped turn) against its prefill of the turn (``append`` of it as native
+text), and the speaker's prefill of its turn alone, which a mapped turn needs today (the speaker's in-context cache
+of its own turn is not a ``SenderPrefill``).
 """
 
 from __future__ import annotations
