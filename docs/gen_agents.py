@@ -103,9 +103,9 @@ def conversation_markdown(name: str = "real-conversation") -> str:
     return "\n".join(lines)
 
 
-def hidden_profile_keyscale_markdown(name: str = "real-s2g-hidden-profile-2048-keyscale") -> str:
-    """Every condition of one hidden-profile run with extra kv settings, over both formats: exact match (95% CI),
-    share of text (paired bootstrap CI), McNemar's p against text, and exact match per side."""
+def hidden_profile_run_markdown(name: str = "real-s2g-hidden-profile-2048-keyscale") -> str:
+    """Every condition of one hidden-profile run (its extra kv settings too), per length over both formats: exact
+    match (95% CI), share of text (paired bootstrap CI), McNemar's p against text, and exact match per side."""
     entry = _stage(name, "hidden-profile")
     if entry is None:
         return f"Not run yet: `python -m benchmarks run {name} --stage hidden-profile`."
@@ -117,7 +117,8 @@ def hidden_profile_keyscale_markdown(name: str = "real-s2g-hidden-profile-2048-k
             ratio = row["vs_text"]["ratio"]
             share = "—" if ratio is None else f"{ratio:.2f} ({_interval(row['vs_text']['interval'])})"
             label = _kv_label(result) if condition == "kv recommended" else condition
-            lines.append(f"| {tokens} | {label} | {row['n']} | {row['exact_match']:.2f} ({_interval(row['interval'])}) | {share} | "
-                         f"{row['vs_text']['mcnemar_p']:.3f} | {row['by_side']['sender']['exact_match']:.2f} | "
+            lines.append(f"| {tokens} | {label} | {row['n']} | {row['exact_match']:.2f} "
+                         f"({_interval(row['interval'])}) | {share} | {row['vs_text']['mcnemar_p']:.3f} | "
+                         f"{row['by_side']['sender']['exact_match']:.2f} | "
                          f"{row['by_side']['receiver']['exact_match']:.2f} | {row['ttft_s'] * 1000:.0f} ms |")
     return "\n".join(lines)

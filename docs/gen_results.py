@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_agents import (conversation_markdown, hidden_profile_keyscale_markdown, hidden_profile_markdown,  # noqa: E402
+from gen_agents import (conversation_markdown, hidden_profile_run_markdown, hidden_profile_markdown,  # noqa: E402
                         hidden_profile_sides_markdown)
 from gen_tables import _load, stage  # noqa: E402
 
@@ -25,7 +25,8 @@ PAGES = {  # generated block -> the results page that shows it
     "speed-low-rank-registered": "low-rank.md", "speed-low-rank-s2g": "low-rank.md", "speed-rank64-bf16": "low-rank.md",
     "bench-tiny": "tiny-pair.md", "leg-error": "pivot.md", "agents-hidden-profile": "agents.md",
     "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
-    "agents-hidden-profile-keyscale": "agents.md", "agents-hidden-profile-fresh": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
+    "agents-hidden-profile-keyscale": "agents.md", "agents-hidden-profile-fresh": "agents.md",
+    "agents-hidden-profile-g2s-fresh": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
     "map-diagnosis-g2s": "diagnosis.md",
 }
 
@@ -201,8 +202,9 @@ def blocks() -> dict[str, str]:
             "bench-tiny": bench_markdown(),
             "leg-error": leg_error_markdown(), "agents-hidden-profile": hidden_profile_markdown(),
             "agents-hidden-profile-sides": hidden_profile_sides_markdown(),
-            "agents-hidden-profile-keyscale": hidden_profile_keyscale_markdown(),
-            "agents-hidden-profile-fresh": hidden_profile_keyscale_markdown("real-s2g-hidden-profile-keyscale-fresh"),
+            "agents-hidden-profile-keyscale": hidden_profile_run_markdown(),
+            "agents-hidden-profile-fresh": hidden_profile_run_markdown("real-s2g-hidden-profile-keyscale-fresh"),
+            "agents-hidden-profile-g2s-fresh": hidden_profile_run_markdown("real-g2s-hidden-profile-fresh"),
             "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
             "map-diagnosis-g2s": map_diagnosis_markdown("real/probe-map-diagnosis-g2s-unseen-512.json"),
             "agents-conversation": conversation_markdown()}
