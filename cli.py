@@ -220,6 +220,9 @@ def train_command(
     copy_weight: float = typer.Option(TrainArgs.copy_weight, help="Extra calibration-loss weight on continuation "
                                       "tokens that repeat the context (4-gram match): the tokens a receiver copies, "
                                       "as in retrieval. 0: every token weighs the same."),
+    teacher_top_k: int = typer.Option(TrainArgs.teacher_top_k, help="Calibrate on the teacher's K most likely tokens "
+                                      "and one bucket for the rest, computed on a window's first visit and reused, "
+                                      "so revisits skip the receiver's prefill. 0: its full distribution, every step."),
     pivot: Optional[str] = typer.Option(None, "--pivot", help="--init composed: the pivot whose registered adapters "
                                         "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
     via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
@@ -248,7 +251,8 @@ def train_command(
                         windows=windows, eval_windows=eval_windows, lr=lr, lora_rank=lora_rank, batch_size=batch_size,
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
-                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight, via=pivot,
+                        calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight,
+                        teacher_top_k=teacher_top_k, via=pivot,
                         init_adapter=init_adapter), conventions.data)
 
 

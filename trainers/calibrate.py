@@ -44,8 +44,9 @@ class CalibrationOptions(MethodOptions):
     """HeteroFold's training options: ``steps`` optimizer steps (or fewer, ``max_minutes``) of AdamW at peak ``lr``
     on full-rank (``lora_rank=0``) or LoRA corrections, from the ``init`` starting map over ``sender_layers``;
     Lightning's ``precision``, ``devices``, ``strategy`` and ``accumulate``; a loss weighted ``1 + copy_weight`` on
-    targets copyable from the context; checkpoints in ``default_root_dir``,
-    resumed from ``ckpt_path``."""
+    targets copyable from the context, against the teacher's full distribution or (``teacher_top_k``) its top k
+    tokens and the rest, kept from a window's first visit; checkpoints in ``default_root_dir``, resumed from
+    ``ckpt_path``."""
 
     steps: int = 100
     lr: float = 3e-4  # the real pair's rate: higher ones diverged or did worse there (docs/training.md)
@@ -59,6 +60,7 @@ class CalibrationOptions(MethodOptions):
     strategy: str = "auto"
     accumulate: int = 1
     copy_weight: float = 0.0  # extra loss weight on targets copyable from the context (Batch.copied_targets)
+    teacher_top_k: int = 0  # 0: the teacher's full distribution, every step; k: its top k + the rest, kept (teacher.py)
     default_root_dir: str | None = None
     ckpt_path: str | None = None
     start: object = None  # init="composed": the affine adapter to start from (heterofold_hub.compose)
@@ -68,6 +70,9 @@ class CalibrationOptions(MethodOptions):
             raise HeteroFoldError(f"heterofold: init={self.init!r}; choose from {', '.join(INIT_CHOICES)}")
         if not self.copy_weight >= 0:
             raise HeteroFoldError(f"heterofold: copy_weight={self.copy_weight}; give 0 (a plain mean) or a positive weight")
+        if self.teacher_top_k < 0:
+            raise HeteroFoldError(f"heterofold: teacher_top_k={self.teacher_top_k}; give 0 (the full distribution, "
+                                  "computed every step) or a positive number of tokens kept per position")
         if (self.init == "composed") != (self.start is not None):
             raise HeteroFoldError("heterofold: init='composed' needs start=<an affine adapter> (and start needs "
                                   f"init='composed'); got init={self.init!r}, start={type(self.start).__name__}")
@@ -92,7 +97,7 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
     if calib is not None:
         calib.free()  # only if its holder is done with it (starting_map already has)
     module = CalibrationModule(UnfoldedAffine.from_affine(start, lora_rank=o.lora_rank), receiver, lr=o.lr,
-                               max_steps=o.steps, copy_weight=o.copy_weight)
+                               max_steps=o.steps, copy_weight=o.copy_weight, teacher_top_k=o.teacher_top_k)
     if progress:  # our own, in steps and on stderr, instead of Lightning's epoch bar on stdout
         callbacks.append(TrainingProgress())
     trainer = L.Trainer(

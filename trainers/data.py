@@ -23,8 +23,8 @@ class _Batches(Dataset):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, index: int) -> Batch:
-        return self.batches[index]
+    def __getitem__(self, index: int) -> tuple[int, Batch]:
+        return index, self.batches[index]  # the index keys what a step keeps per batch (the top-k teacher)
 
 
 class StepSampler(Sampler[int]):
@@ -46,7 +46,8 @@ class StepSampler(Sampler[int]):
 
 
 class WindowDataModule(L.LightningDataModule):
-    """``prepare()`` returns the training batches (each a :class:`Batch` of windows); it runs in ``setup``."""
+    """``prepare()`` returns the training batches (each a :class:`Batch` of windows); it runs in ``setup``. The loader
+    yields ``(index, batch)``."""
 
     def __init__(self, prepare: Callable[[], list[Batch]], *, seed: int = 0):
         super().__init__()

@@ -11,6 +11,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.batches import Batch
 
 from .faults import Diverged
+from .teacher import TopKTeacher, kl_top_k
 from .unfolded import UnfoldedAffine
 
 
@@ -35,12 +36,16 @@ class CalibrationModule(L.LightningModule):
     """Holds the trainable adapter; the frozen receiver is attached, not owned, so checkpoints stay small."""
 
     def __init__(self, adapter: UnfoldedAffine, receiver: Side, *, lr: float = 3e-3, weight_decay: float = 0.0,
-                 max_steps: int = 100, copy_weight: float = 0.0):
+                 max_steps: int = 100, copy_weight: float = 0.0, teacher_top_k: int = 0):
         super().__init__()
         self.save_hyperparameters({"lr": lr, "weight_decay": weight_decay, "max_steps": max_steps, "copy_weight": copy_weight,
-                                   "lora_rank": adapter.lora_rank, "adapter_config": adapter.config.to_dict()})
+                                   "teacher_top_k": teacher_top_k, "lora_rank": adapter.lora_rank,
+                                   "adapter_config": adapter.config.to_dict()})
         self.adapter = adapter
         self._receiver = [receiver]  # a list keeps the receiver out of state_dict and parameters()
+        # Top-k teachers by batch index, made on a batch's first visit. Not checkpointed: a resumed run makes them
+        # again, the same ones (the receiver is frozen).
+        self.teachers: dict[int, TopKTeacher] = {}
 
     @property
     def receiver(self) -> Side:
@@ -49,11 +54,19 @@ class CalibrationModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self.receiver.model.to(self.device)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        with torch.no_grad():
-            teacher = native_logits(self.receiver, batch)
+    def training_step(self, indexed: tuple[int, Batch], batch_idx: int) -> torch.Tensor:
+        index, batch = indexed
         weights = copy_weights(batch, self.hparams.copy_weight)
-        loss = kl_to_teacher(transferred_logits(self.adapter, self.receiver, batch), teacher, weights)
+        top_k = self.hparams.teacher_top_k
+        if top_k and index in self.teachers:
+            teacher = self.teachers[index]
+        else:
+            with torch.no_grad():
+                teacher = native_logits(self.receiver, batch)
+            if top_k:
+                teacher = self.teachers[index] = TopKTeacher.from_logits(teacher, top_k)
+        student = transferred_logits(self.adapter, self.receiver, batch)
+        loss = kl_top_k(student, teacher, weights) if top_k else kl_to_teacher(student, teacher, weights)
         if not torch.isfinite(loss):
             raise Diverged(f"the calibration loss became {loss.item()} at step {self.global_step}", self.global_step)
         self.log("kl", loss, prog_bar=True, batch_size=len(batch))

@@ -48,6 +48,7 @@ class TrainArgs:
     calib_windows: int | None = None  # None: the first min(CALIB_WINDOWS, windows); recorded as the number used
     max_minutes: float | None = None
     copy_weight: float = 0.0
+    teacher_top_k: int = 0
     via: str | None = None  # --init composed (--pivot): the pivot model whose registered legs are composed
     init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
 
@@ -85,6 +86,7 @@ class TrainArgs:
         heterofold_only = [flag for flag, value, default in (
             ("--lora-rank", self.lora_rank, 0), ("--max-minutes", self.max_minutes, None),
             ("--accumulate", self.accumulate, 1), ("--precision", self.precision, "32-true"),
+            ("--teacher-top-k", self.teacher_top_k, 0),
             ("--devices", self.devices, "1"), ("--strategy", self.strategy, "auto"), ("--resume", self.resume, False),
         ) if value != default]
         if self.method != "heterofold" and heterofold_only:  # method_options hands them to heterofold alone
@@ -120,6 +122,9 @@ class TrainArgs:
             problems.append(f"--copy-weight: {self.copy_weight} must be 0 (a plain mean over targets) or positive")
         elif self.copy_weight and self.method != "heterofold":
             problems.append(f"--copy-weight weights heterofold's calibration loss; --method is {self.method!r}")
+        if self.teacher_top_k < 0:
+            problems.append(f"--teacher-top-k: {self.teacher_top_k} must be 0 (the teacher's full distribution, every "
+                            "step) or positive (its top k tokens and the rest, kept from a window's first visit)")
         if self.lora_rank < 0:
             problems.append(f"--lora-rank: {self.lora_rank} must be 0 (full-rank corrections) or positive")
         if self.continuation_tokens >= self.context_tokens:
@@ -163,7 +168,8 @@ def method_options(args: TrainArgs) -> dict:
     lr = CalibrationOptions.lr if args.lr is None else args.lr
     return {**options, "lr": lr, "steps": args.max_steps, "lora_rank": args.lora_rank, "precision": args.precision,
             "devices": args.devices if args.devices == "auto" else int(args.devices), "strategy": args.strategy,
-            "accumulate": args.accumulate, "copy_weight": args.copy_weight, "default_root_dir": str(args.out / "checkpoints"),
+            "accumulate": args.accumulate, "copy_weight": args.copy_weight, "teacher_top_k": args.teacher_top_k,
+            "default_root_dir": str(args.out / "checkpoints"),
             "ckpt_path": "last" if args.resume else None, "init": args.init, "max_minutes": args.max_minutes}
 
 
