@@ -5,6 +5,8 @@ that draws one (retrieval, bench) writes its plot, ``NAME-STAGE.png`` beside the
 
 from __future__ import annotations
 
+import resource
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -137,7 +139,8 @@ def bench(experiment: Experiment, argv: list[str], console: Console, plot: Path)
 
 def train(experiment: Experiment, argv: list[str], console: Console, plot: Path) -> tuple[dict, dict]:
     """Each ``[train.NAME]`` package through hf-fold train's trainer into ``runs/experiments/<experiment>/NAME``:
-    ``{NAME: {"package", "weights_sha256", "heldout": the trainer's held-out table}}``."""
+    ``{NAME: {"package", "weights_sha256", "heldout": the trainer's held-out table, "seconds" (load, prepare, fit
+    and held-out table), "calibration_steps", "peak_rss_gib"}}``."""
     import json
 
     from heterofold_hub.adapter.config import CONFIG_NAME
@@ -147,10 +150,14 @@ def train(experiment: Experiment, argv: list[str], console: Console, plot: Path)
     result = {}
     for name, table in experiment.train.items():
         out = ROOT / experiment.package(name)
+        started = time.perf_counter()
         held_out = run_train(TrainArgs(sender=experiment.sender, receiver=experiment.receiver, out=out, **table), console)
         config = json.loads((out / CONFIG_NAME).read_text())
         result[name] = {"package": str(experiment.package(name)), "weights_sha256": config.get("weights_sha256"),
-                        "heldout": held_out}
+                        "heldout": held_out, "seconds": time.perf_counter() - started,
+                        "calibration_steps": config.get("extra", {}).get("calibration_steps"),
+                        # the process's peak so far: a later package of the same run includes the earlier ones'
+                        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     return block, result
 
 

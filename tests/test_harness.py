@@ -219,6 +219,8 @@ def test_a_trained_package_is_scored_by_name(tiny_run):
     trained = written["stages"]["train"]["result"]["kv"]
     package = json.loads((runs / "tiny-check" / "kv" / "adapter_config.json").read_text())
     assert trained["weights_sha256"] == package["weights_sha256"] and trained["heldout"]["windows"] == 4
+    assert trained["seconds"] > 0 and trained["peak_rss_gib"] > 0.1  # what a package cost to make
+    assert trained["calibration_steps"] is None  # a closed form takes no calibration steps
     record = written["stages"]["score"]["provenance"]["adapters"]["train:kv"]
     assert record["source"] == str(runs / "tiny-check" / "kv") and record["weights_sha256"] == trained["weights_sha256"]
     assert written["stages"]["score"]["result"]["256"]["adapters"]["kv-ridge"] == "train:kv"

@@ -80,6 +80,7 @@ def test_the_receiver_prefills_each_batch_once_with_a_top_k_teacher(tiny):
     finally:
         hook.remove()
     assert full_prefills == 6 and kept_prefills == len(batches) == 2
+    assert few.config.extra["calibration_steps"] == 6  # recorded: --max-minutes can stop a run short of its steps
     # the whole vocabulary kept is the full KL: the same fit; 4 kept tokens fit something else
     for name, value in full.state_dict().items():
         assert torch.allclose(whole.state_dict()[name], value, atol=1e-5), name

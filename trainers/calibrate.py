@@ -113,6 +113,8 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         trainer.fit(module, datamodule=WindowDataModule(lambda: batches, seed=seed), ckpt_path=o.ckpt_path,
                     weights_only=True)
     adapter = module.adapter.fold()
+    # --max-minutes can stop a run before --max-steps: the steps it ran are part of what made the adapter
+    adapter.config.extra = {**adapter.config.extra, "calibration_steps": trainer.global_step}
     # The trainer holds the datamodule, and so the prepared batches (GBs on real pairs), in reference cycles:
     # break them now, so the batches go when their caller lets go, not at some later collection (which would
     # leave them alive through `hf-fold train`'s held-out evaluation).
