@@ -17,7 +17,8 @@ import math
 import pytest
 import torch
 
-from heterofold_hub.evaluation.fidelity import _jackknife_se, summarise, token_measures
+from heterofold_hub.evaluation.fidelity import (_jackknife_se, paired_difference, paired_rows, summarise,
+                                                token_measures)
 from heterofold_hub.evaluation.retrieval import summarise as retrieval_summarise
 
 TOL = 1e-9  # all tensors are float64
@@ -152,6 +153,21 @@ def test_recovered_se_matches_an_explicit_leave_one_out_loop():
     expected = math.sqrt((n - 1) / n * sum((r - mean) ** 2 for r in loop))  # jackknife variance formula
     assert expected == pytest.approx(0.0932707, abs=1e-6)
     assert summarise(per_window())["m"]["recovered_se"] == pytest.approx(expected, abs=TOL)
+
+
+def test_a_paired_difference_is_the_difference_of_recovered_with_a_smaller_error_on_shared_difficulty():
+    # b is a worse than m by 0.2 nats on every window: recovered 0.75 - 0.65 = +0.10 with no spread at all
+    windows = per_window()
+    windows["m"]["kl"] = t([0.2, 0.4, 0.3, 0.3])
+    windows["b"] = {"nll": t(METHOD) + 0.2, "kl": t([0.3, 0.5, 0.3, 0.5])}
+    d = paired_difference(windows, "m", "b")
+    assert d["recovered"] == pytest.approx(0.75 - summarise(windows)["b"]["recovered"], abs=TOL)
+    assert d["recovered"] == pytest.approx(0.2 / 2.0, abs=TOL)
+    assert d["kl"] == pytest.approx(0.3 - 0.4, abs=TOL) and d["windows_better"] == 4 and d["windows"] == 4
+    # the windows' shared difficulty cancels in the pair, not in either row's own error
+    assert d["recovered_se"] < summarise(windows)["m"]["recovered_se"]
+    assert d["kl_se"] == pytest.approx(_jackknife_se(t([-0.1, -0.1, 0.0, -0.2]), lambda v: v.mean()), abs=TOL)
+    assert list(paired_rows(windows)) == ["m - b"]  # every two transfer rows, in order; references left out
 
 
 # ---------------------------------------------------------------- retrieval accuracy

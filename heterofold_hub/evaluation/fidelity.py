@@ -53,6 +53,21 @@ def summarise(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[
     return summary
 
 
+def paired_difference(per_window: dict[str, dict[str, torch.Tensor]], a: str, b: str) -> dict[str, float]:
+    """Method ``a`` against ``b`` on the same windows (measures of :func:`window_measures`): the difference of their
+    ``recovered`` and of their mean KL, each with a leave-one-window-out jackknife error of the difference itself
+    (the windows' shared difficulty cancels), and the windows where ``a``'s NLL is lower."""
+    columns = [per_window["no-context"]["nll"], per_window["native"]["nll"], per_window[a]["nll"], per_window[b]["nll"],
+               per_window[a]["kl"], per_window[b]["kl"]]
+    table = torch.stack(columns, 1)  # [W, 6]
+    benefit = lambda t: t[:, 0].mean() - t[:, 1].mean()  # noqa: E731
+    recovered = lambda t: (t[:, 3].mean() - t[:, 2].mean()) / benefit(t)  # noqa: E731
+    kl = lambda t: t[:, 4].mean() - t[:, 5].mean()  # noqa: E731
+    return {"recovered": float(recovered(table)), "recovered_se": _jackknife_se(table, recovered),
+            "kl": float(kl(table)), "kl_se": _jackknife_se(table, kl),
+            "windows": len(table), "windows_better": int((table[:, 2] < table[:, 3]).sum())}
+
+
 @torch.no_grad()
 def score_package(sender: Side, receiver: Side, name: str, adapter: PairAdapter, *, heldout: str, windows: int,
                   context_tokens: int, continuation_tokens: int, batch_size: int = 8) -> dict:
@@ -82,6 +97,37 @@ def evaluate(
     """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``; ``recompute``
     (:class:`~heterofold_hub.transfer.config.TransferConfig`) applied after every adapter's map. ``data``
     names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text."""
+    merged = window_measures(sender, receiver, adapters, windows, batch_size=batch_size, progress=progress,
+                             recompute=recompute)
+    summary = summarise(merged)
+    gain = merged["no-context"]["nll"] - merged["native"]["nll"]  # per-window context benefit
+    return {
+        "sender": sender.name,
+        "receiver": receiver.name,
+        "data": data,
+        "context_tokens": len(windows[0].receiver_context),
+        "continuation_tokens": len(windows[0].continuation),
+        "windows": len(windows),
+        "recompute": None if recompute is None else recompute.to_dict(),
+        "benefit": float(gain.mean()),
+        "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
+        "methods": summary,
+        "paired": paired_rows(merged),
+    }
+
+
+def paired_rows(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[str, float]]:
+    """``{"A - B": paired_difference}`` for every two transfer rows, in the order scored: where rows differ by
+    less than their own errors, the paired difference on the same windows can still tell them apart."""
+    rows = [name for name in per_window if name not in ("native", "no-context")]
+    return {f"{a} - {b}": paired_difference(per_window, a, b) for i, a in enumerate(rows) for b in rows[i + 1:]}
+
+
+@torch.no_grad()
+def window_measures(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], windows: list[Window], *,
+                    batch_size: int = 8, progress: bool = True, recompute=None) -> dict[str, dict[str, torch.Tensor]]:
+    """Per method (``native``, ``no-context`` and each of ``adapters``), per measure, the per-window values ``[W]``
+    that :func:`summarise` pools (and :func:`paired_difference` compares)."""
     per_window: dict[str, dict[str, list]] = {}
     with progress_bar(progress) as bar:
         task = bar.add_task("evaluating", total=len(windows))
@@ -96,21 +142,7 @@ def evaluate(
                 for key, v in token_measures(values, native, batch.targets).items():
                     per_window.setdefault(name, {}).setdefault(key, []).append(v)
             bar.advance(task, len(batch))
-    merged = {name: {k: torch.cat(v) for k, v in m.items()} for name, m in per_window.items()}
-    summary = summarise(merged)
-    gain = merged["no-context"]["nll"] - merged["native"]["nll"]  # per-window context benefit
-    return {
-        "sender": sender.name,
-        "receiver": receiver.name,
-        "data": data,
-        "context_tokens": len(windows[0].receiver_context),
-        "continuation_tokens": len(windows[0].continuation),
-        "windows": len(windows),
-        "recompute": None if recompute is None else recompute.to_dict(),
-        "benefit": float(gain.mean()),
-        "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
-        "methods": summary,
-    }
+    return {name: {k: torch.cat(v) for k, v in m.items()} for name, m in per_window.items()}
 
 
 def caveats(result: dict) -> list[str]:
@@ -138,6 +170,9 @@ def results_table(result: dict) -> Table:
         table.add_row(name, f"{row['recovered']:.3f} ± {row['recovered_se']:.3f}", f"{row['kl']:.3f} ± {row['kl_se']:.3f}",
                       f"{row['top1']:.3f}", f"{row['nll']:.3f} ± {row['nll_se']:.3f}")
     table.caption = f"context benefit (no-context NLL - native NLL): {result['benefit']:.3f} ± {result['benefit_se']:.3f} nats/token"
+    for pair, d in result.get("paired", {}).items():  # results written before paired rows have none
+        table.caption += (f"\npaired, {pair}: recovered {d['recovered']:+.3f} ± {d['recovered_se']:.3f}, KL "
+                          f"{d['kl']:+.3f} ± {d['kl_se']:.3f}, lower NLL on {d['windows_better']}/{d['windows']} windows")
     for note in caveats(result):
         table.caption += f"\n[yellow]note:[/] {note}"
     return table
