@@ -27,7 +27,8 @@ PAGES = {  # generated block -> the results page that shows it
     "agents-hidden-profile-sides": "agents.md", "agents-conversation": "agents.md",
     "agents-hidden-profile-keyscale": "agents.md", "agents-hidden-profile-fresh": "agents.md",
     "agents-hidden-profile-g2s-fresh": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
-    "map-diagnosis-g2s": "diagnosis.md",
+    "map-diagnosis-g2s": "diagnosis.md", "calibration-levers-s2g": "levers.md",
+    "calibration-levers-s2g-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -191,6 +192,55 @@ def map_diagnosis_markdown(file: str) -> str:
     return "\n".join(lines)
 
 
+V13 = "heterofold/smollm2-135m-to-gemma3-270m@v1.3.0"
+LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it
+    "train:real-s2g-topk/topk": "top-k teacher (128), 1200 steps over 320 windows",
+    "train:real-s2g-topk-wide800/topk-wide800": "top-k teacher (128), 500 steps over 800 windows",
+    V13: "v1.3.0: full teacher, 150 steps over 320 windows",
+}
+
+
+def levers_markdown(code="real-s2g-levers", prose="real-s2g-levers-prose", rows=LEVER_ROWS, baseline=V13) -> str:
+    """Each calibration lever's package beside the published version on the same windows: recovered (± SE) and
+    the paired difference to ``baseline`` (± its own jackknife SE, windows with lower NLL), on unseen code at each
+    scored length and on unseen prose."""
+    tables = [(f"code, {context}", result) for context, result in stage((code, "score"))["result"].items()]
+    tables += [(f"prose, {context}", result) for context, result in stage((prose, "score"))["result"].items()]
+    header = "| package | " + " | ".join(f"{name} ({r['windows']} windows)" for name, r in tables) + " |"
+    lines = [header, "| --- |" + " --- |" * len(tables)]
+    for ref, label in rows.items():
+        cells = []
+        for _, result in tables:
+            row = {r: name for name, r in result["adapters"].items()}[ref]
+            base = {r: name for name, r in result["adapters"].items()}[baseline]
+            m = result["methods"][row]
+            cell = f"{m['recovered']:.3f} ± {m['recovered_se']:.3f}, KL {m['kl']:.3f}"
+            if ref != baseline:
+                forward = result["paired"].get(f"{row} - {base}")
+                d = forward or result["paired"][f"{base} - {row}"]
+                sign = 1 if forward else -1
+                better = d["windows_better"] if forward else d["windows"] - d["windows_better"]
+                cell += (f"; paired {sign * d['recovered']:+.3f} ± {d['recovered_se']:.3f}, "
+                         f"lower NLL on {better}/{d['windows']}")
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def levers_fidelity_markdown(experiments=("real-s2g-levers", "real-s2g-levers-prose"), rows=LEVER_ROWS) -> str:
+    """The full fidelity table of each levers score (caption, references, every package by what made it)."""
+    from heterofold_hub.evaluation.reports import fidelity_caption, fidelity_markdown
+
+    parts = []
+    for experiment in experiments:
+        for result in stage((experiment, "score"))["result"].values():
+            table = fidelity_markdown(result)
+            for row, ref in result["adapters"].items():
+                table = table.replace(f"| {row} |", f"| {rows[ref]} |")
+            parts.append(f"{fidelity_caption(result)}\n\n{table}")
+    return "\n\n".join(parts)
+
+
 def blocks() -> dict[str, str]:
     return {"retrieval-s2g": retrieval_markdown(), "speed-real": real_speed_markdown(),
             "speed-low-rank": low_rank_speed_markdown(),
@@ -207,7 +257,8 @@ def blocks() -> dict[str, str]:
             "agents-hidden-profile-g2s-fresh": hidden_profile_run_markdown("real-g2s-hidden-profile-fresh"),
             "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
             "map-diagnosis-g2s": map_diagnosis_markdown("real/probe-map-diagnosis-g2s-unseen-512.json"),
-            "agents-conversation": conversation_markdown()}
+            "agents-conversation": conversation_markdown(), "calibration-levers-s2g": levers_markdown(),
+            "calibration-levers-s2g-fidelity": levers_fidelity_markdown()}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
