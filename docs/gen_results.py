@@ -28,7 +28,8 @@ PAGES = {  # generated block -> the results page that shows it
     "agents-hidden-profile-keyscale": "agents.md", "agents-hidden-profile-fresh": "agents.md",
     "agents-hidden-profile-g2s-fresh": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
     "map-diagnosis-g2s": "diagnosis.md", "calibration-levers-s2g": "levers.md",
-    "calibration-levers-s2g-fidelity": "levers.md",
+    "calibration-levers-s2g-fidelity": "levers.md", "calibration-levers-g2s": "levers.md",
+    "calibration-levers-g2s-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -193,10 +194,13 @@ def map_diagnosis_markdown(file: str) -> str:
 
 
 V13 = "heterofold/smollm2-135m-to-gemma3-270m@v1.3.0"
+V11_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.1.0"
 LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it
     "train:real-s2g-topk/topk": "top-k teacher (128), 1200 steps over 320 windows",
     "train:real-s2g-topk-wide800/topk-wide800": "top-k teacher (128), 500 steps over 800 windows",
     V13: "v1.3.0: full teacher, 150 steps over 320 windows",
+    "train:real-g2s-topk-wide640/topk-wide640": "top-k teacher (128), 400 steps over 640 windows",
+    V11_G2S: "v1.1.0: full teacher, at most 250 steps (12 minutes) over 320 windows",
 }
 
 
@@ -209,6 +213,8 @@ def levers_markdown(code="real-s2g-levers", prose="real-s2g-levers-prose", rows=
     header = "| package | " + " | ".join(f"{name} ({r['windows']} windows)" for name, r in tables) + " |"
     lines = [header, "| --- |" + " --- |" * len(tables)]
     for ref, label in rows.items():
+        if ref not in tables[0][1]["adapters"].values():  # the other direction's
+            continue
         cells = []
         for _, result in tables:
             row = {r: name for name, r in result["adapters"].items()}[ref]
@@ -258,7 +264,9 @@ def blocks() -> dict[str, str]:
             "map-diagnosis-s2g": map_diagnosis_markdown("real/probe-map-diagnosis-s2g-unseen-512.json"),
             "map-diagnosis-g2s": map_diagnosis_markdown("real/probe-map-diagnosis-g2s-unseen-512.json"),
             "agents-conversation": conversation_markdown(), "calibration-levers-s2g": levers_markdown(),
-            "calibration-levers-s2g-fidelity": levers_fidelity_markdown()}
+            "calibration-levers-s2g-fidelity": levers_fidelity_markdown(),
+            "calibration-levers-g2s": levers_markdown("real-g2s-levers", "real-g2s-levers-prose", baseline=V11_G2S),
+            "calibration-levers-g2s-fidelity": levers_fidelity_markdown(("real-g2s-levers", "real-g2s-levers-prose"))}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
