@@ -217,8 +217,8 @@ def levers_markdown(code="real-s2g-levers", prose="real-s2g-levers-prose", rows=
             continue
         cells = []
         for _, result in tables:
-            row = {r: name for name, r in result["adapters"].items()}[ref]
-            base = {r: name for name, r in result["adapters"].items()}[baseline]
+            by_ref = {r: name for name, r in result["adapters"].items()}
+            row, base = by_ref[ref], by_ref[baseline]
             m = result["methods"][row]
             cell = f"{m['recovered']:.3f} ± {m['recovered_se']:.3f}, KL {m['kl']:.3f}"
             if ref != baseline:

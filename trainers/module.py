@@ -11,7 +11,7 @@ from heterofold_hub.base_models.loading import Side
 from heterofold_hub.transfer.batches import Batch
 
 from .faults import Diverged
-from .teacher import TopKTeacher, kl_top_k
+from .teacher import TopKTeacher, kl_top_k, token_mean
 from .unfolded import UnfoldedAffine
 
 
@@ -20,10 +20,7 @@ def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor, weights: torch.T
     (a weighted mean)."""
     t = teacher.float().log_softmax(-1)
     per_token = (t.exp() * (t - student.float().log_softmax(-1))).sum(-1)
-    if weights is None:
-        return per_token.mean()
-    weights = weights.to(per_token)
-    return (per_token * weights).sum() / weights.sum()
+    return token_mean(per_token, weights)
 
 
 def copy_weights(batch: Batch, copy_weight: float) -> torch.Tensor | None:

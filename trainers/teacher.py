@@ -44,6 +44,11 @@ def kl_top_k(student: torch.Tensor, teacher: TopKTeacher, weights: torch.Tensor 
     t_top = teacher.log_probs
     t_rest, s_rest = log_rest(t_top), log_rest(s_top)
     per_token = (t_top.exp() * (t_top - s_top)).sum(-1) + t_rest.exp() * (t_rest - s_rest)
+    return token_mean(per_token, weights)
+
+
+def token_mean(per_token: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of a per-token loss ``[B, M]``, weighted by ``weights`` ``[B, M]`` when given."""
     if weights is None:
         return per_token.mean()
     weights = weights.to(per_token)
