@@ -223,6 +223,9 @@ def train_command(
     teacher_top_k: int = typer.Option(TrainArgs.teacher_top_k, help="Calibrate on the teacher's K most likely tokens "
                                       "and one bucket for the rest, computed on a window's first visit and reused, "
                                       "so revisits skip the receiver's prefill. 0: its full distribution, every step."),
+    offload_features: Optional[Path] = typer.Option(None, help="Keep the training windows' sender features in files "
+                                                    "under this folder instead of memory (removed when training "
+                                                    "ends): memory then stays flat however many --windows."),
     pivot: Optional[str] = typer.Option(None, "--pivot", help="--init composed: the pivot whose registered adapters "
                                         "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
     via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
@@ -252,7 +255,7 @@ def train_command(
                         accumulate=accumulate, precision=precision, devices=devices, strategy=strategy, seed=seed,
                         resume=resume, sender_layers=sender_layers, sources_per_layer=sources_per_layer, init=init,
                         calib_windows=calib_windows, max_minutes=max_minutes, copy_weight=copy_weight,
-                        teacher_top_k=teacher_top_k, via=pivot,
+                        teacher_top_k=teacher_top_k, offload_features=offload_features, via=pivot,
                         init_adapter=init_adapter), conventions.data)
 
 

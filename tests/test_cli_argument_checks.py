@@ -91,6 +91,12 @@ def test_an_out_folder_that_is_a_file_is_refused(a_file, command):
     refused(hf_fold(*command, "--out", str(a_file)), f"--out {a_file}: is a file, not a folder")
 
 
+def test_offload_features_into_a_file_is_refused_before_training(a_file):
+    refused(hf_fold("train", "--method", "heterofold", "--windows", "2", "--eval-windows", "2", "--context-tokens", "32",
+                    "--continuation-tokens", "8", "--offload-features", str(a_file)),
+            f"--offload-features {a_file}: is a file, not a folder")
+
+
 def test_repair_layers_beyond_the_receiver_is_refused_before_fitting():
     refused(hf_fold(*SMALL_EVAL, "--repair-layers", "99"),
             "--repair-layers: 99, but the receiver heterofold/tiny-qwen-code has 3 layers; give 0 .. 3")

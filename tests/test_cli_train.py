@@ -50,6 +50,15 @@ def test_train_writes_a_complete_adapter_package(package, pair_dirs):
     assert all(torch.isfinite(p).all() for p in adapter.state_dict().values())
 
 
+def test_train_offload_features_makes_the_same_package_and_cleans_up(package, pair_dirs, tmp_path):
+    offload = tmp_path / "features"
+    run = hf_fold(*train_args(pair_dirs, tmp_path / "adapter", "--offload-features", str(offload)))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "features to " + str(offload) in " ".join(run.stderr.split())  # the progress line says where they went
+    weights = [hashlib.sha256((out / WEIGHTS_NAME).read_bytes()).hexdigest() for out in (package, tmp_path / "adapter")]
+    assert weights[0] == weights[1] and list(offload.iterdir()) == []
+
+
 def test_train_refuses_to_overwrite_a_different_adapter(pair_dirs, tmp_path):
     out = tmp_path / "adapter"
     assert hf_fold(*train_args(pair_dirs, out, "--method", "kv-ridge")).returncode == 0

@@ -106,3 +106,48 @@ def test_training_batches_are_prepared_after_the_statistics_are_freed(pair):
     fit_methods(sender, receiver, ["heterofold"], windows, batch_size=2, progress=False,
                 fitters={"heterofold": heterofold}, options={"heterofold": {"steps": 2, "init": "auto"}})
     assert at_free[0] == (3, False)  # the statistics went (auto's scoring reads batches) before any batch existed
+
+
+def test_offloaded_features_give_the_same_fit_and_leave_no_files(pair, tmp_path):
+    """``--offload-features``: the batches hold no features in memory, each read brings its own back from a
+    safetensors file, the fit is the same to the bit, and the folder is gone when the fit returns."""
+    sender, receiver = pair
+    windows = make_windows(texts(), receiver, context_tokens=32, continuation_tokens=8, max_windows=6)
+    seen = []
+
+    def heterofold(calib, **kwargs):
+        batches = kwargs["batches"]
+        adapter = calibrate(calib, **kwargs)
+        files = sorted(p.name for p in tmp_path.glob("hf-fold-features-*/*"))
+        seen.append((files, [b.features is None for b in batches._batches], batches[1].features, batches[:2]))
+        return adapter
+
+    fit = dict(batch_size=2, progress=False, fitters={"heterofold": heterofold},
+               options={"heterofold": {"steps": 3, "init": "auto"}})
+    in_memory = fit_methods(sender, receiver, ["heterofold"], windows, **fit)["heterofold"]
+    offloaded = fit_methods(sender, receiver, ["heterofold"], windows, offload_features=tmp_path, **fit)["heterofold"]
+
+    files, held, features, first_two = seen[1]
+    assert files == [f"batch-{i:06d}.safetensors" for i in range(3)] and held == [True] * 3
+    assert seen[0][1] == [False] * 3  # in memory, as before
+    for (k, v), (k0, v0) in zip(features, seen[0][2]):  # what a step reads is what was prepared
+        assert k.dtype == TRAINING_FEATURES_DTYPE and torch.equal(k, k0) and torch.equal(v, v0)
+    assert len(first_two) == 2 and first_two[1].features is not None
+    assert list(tmp_path.iterdir()) == []
+    for name, weight in in_memory.state_dict().items():
+        assert torch.equal(weight, offloaded.state_dict()[name]), name
+
+
+def test_offloaded_features_are_removed_when_the_fit_fails(pair, tmp_path):
+    sender, receiver = pair
+    windows = make_windows(texts(), receiver, context_tokens=32, continuation_tokens=8, max_windows=4)
+
+    def failing(calib, **kwargs):
+        kwargs["batches"][0]  # prepares them, writing the files
+        assert len(list(tmp_path.glob("hf-fold-features-*/*.safetensors"))) == 2
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        fit_methods(sender, receiver, ["heterofold"], windows, batch_size=2, progress=False, fitters={"heterofold": failing},
+                    offload_features=tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -49,6 +49,7 @@ class TrainArgs:
     max_minutes: float | None = None
     copy_weight: float = 0.0
     teacher_top_k: int = 0
+    offload_features: Path | None = None  # a folder for the training features, instead of memory
     via: str | None = None  # --init composed (--pivot): the pivot model whose registered legs are composed
     init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
 
@@ -139,7 +140,8 @@ class TrainArgs:
             problems.append(f"--devices: {self.devices!r}; give a number or 'auto'")
         from heterofold_hub.io import output_problem
 
-        problems += [p for p in (output_problem("--out", self.out, folder=True),) if p]
+        problems += [p for p in (output_problem("--out", self.out, folder=True),
+                                 output_problem("--offload-features", self.offload_features, folder=True)) if p]
         config = self.out / "adapter_config.json"
         if config.is_file() and not self.resume:
             existing = json.loads(config.read_text())
@@ -249,6 +251,7 @@ def run_train(args: TrainArgs, console: Console, messages: Console = stderr) -> 
         adapter = fit_methods(
             sender, receiver, [args.method], windows, batch_size=args.batch_size, seed=args.seed,
             calib_windows=args.calib_windows, fitters={"heterofold": calibrate}, options={args.method: options},
+            offload_features=args.offload_features,
         )[args.method]
     broken = adapter.non_finite()
     if broken:  # methods trained outside Lightning (dense-latent) have no per-step check
