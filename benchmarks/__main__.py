@@ -43,8 +43,9 @@ def _publish(args) -> int:
     if experiment.publish is None:
         raise ConfigError(f"{experiment.path} has no [publish] table (package, repo, version)")
     package = ROOT / experiment.package(experiment.publish.package)
+    hub_dir = args.hub_dir if args.hub_dir is not None or args.hub != "local" else ROOT / "hub"  # the embedded hub
     run_push(package, repo_id=experiment.publish.repo, version=experiment.publish.version, hub=args.hub,
-             hub_dir=args.hub_dir, token=None, registry_path=args.registry, license=None)
+             hub_dir=hub_dir, token=None, registry_path=args.registry, license=None)
     return 0
 
 
