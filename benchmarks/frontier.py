@@ -84,7 +84,9 @@ BF16 = " (bfloat16 maps)"  # a row timed or scored with the map's products in bf
 KNEE = "real-s2g-handoff-knee-bf16"  # one run timing v1.3.0's pure transfer and recompute, float32 and bf16 maps
 TAIL = "handoff/fidelity-s2g-2048-tail"  # hf-fold eval --select tail: fidelity windows hold no question
 G2S_TAIL = "handoff/fidelity-g2s-2048-tail"
-G2S_SPEED = "real-g2s-handoff-speed"
+# v1.1.0 timed again beside v1.2.0 (same machine, same hour), so the two versions' speed-ups compare
+G2S_SPEED = "real-g2s-v110-handoff-speed-again"
+V120_SPEED = "real-g2s-v120-handoff-speed"
 
 DIRECTIONS = {  # direction -> (title, sender, receiver)
     "s2g": ("SmolLM2-135M -> Gemma 3 270M", "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
@@ -93,6 +95,7 @@ DIRECTIONS = {  # direction -> (title, sender, receiver)
 S2G = "heterofold/smollm2-135m-to-gemma3-270m@"
 G2S = "heterofold/gemma3-270m-to-smollm2-135m@"
 V130, V110 = ("heterofold v1.3.0", S2G + "v1.3.0"), ("heterofold v1.1.0", G2S + "v1.1.0")  # (group, adapter)
+V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
 
 # History runs are named by their training run; the version each was published as is the results pages' (fidelity.md,
@@ -146,6 +149,8 @@ POINTS = {
               elsewhere=_file("real/fidelity-s2g-512-dense-latent.json", "dense-latent"), plots=("recovered",)),
     ],
     "g2s": [
+        Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"), speed=_timed(V120_SPEED, "transfer")),
+        Point("v1.2.0 statement 5%", *V120, "statement@0.05", speed=_timed(V120_SPEED, "statement@0.05")),
         Point("v1.1.0", *V110, recovered=_score("real-g2s", "heterofold"), speed=_timed(G2S_SPEED, "transfer"),
               kept=_facts("real-g2s-handoff-2048", None, "transfer")),
         Point("v1.1.0 bf16", *V110, map_dtype="bfloat16", recovered=_score("real-g2s-bf16-maps", "heterofold" + BF16),

@@ -29,7 +29,8 @@ PAGES = {  # generated block -> the results page that shows it
     "agents-hidden-profile-g2s-fresh": "agents.md", "map-diagnosis-s2g": "diagnosis.md",
     "map-diagnosis-g2s": "diagnosis.md", "calibration-levers-s2g": "levers.md",
     "calibration-levers-s2g-fidelity": "levers.md", "calibration-levers-g2s": "levers.md",
-    "calibration-levers-g2s-fidelity": "levers.md",
+    "calibration-levers-g2s-fidelity": "levers.md", "calibration-levers-g2s-all": "levers.md",
+    "calibration-levers-g2s-all-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -201,6 +202,8 @@ LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it
     V13: "v1.3.0: full teacher, 150 steps over 320 windows",
     "train:real-g2s-topk-wide640/topk-wide640": "top-k teacher (128), 400 steps over 640 windows",
     V11_G2S: "v1.1.0: full teacher, at most 250 steps (12 minutes) over 320 windows",
+    "train:real-g2s-topk-all/topk-all": "v1.2.0: top-k teacher (128), 600 steps over all 1154 windows",
+    "train:real-s2g-topk-all/topk-all": "top-k teacher (128), 600 steps over all windows",
 }
 
 
@@ -266,7 +269,12 @@ def blocks() -> dict[str, str]:
             "agents-conversation": conversation_markdown(), "calibration-levers-s2g": levers_markdown(),
             "calibration-levers-s2g-fidelity": levers_fidelity_markdown(),
             "calibration-levers-g2s": levers_markdown("real-g2s-levers", "real-g2s-levers-prose", baseline=V11_G2S),
-            "calibration-levers-g2s-fidelity": levers_fidelity_markdown(("real-g2s-levers", "real-g2s-levers-prose"))}
+            "calibration-levers-g2s-fidelity": levers_fidelity_markdown(("real-g2s-levers", "real-g2s-levers-prose")),
+            "calibration-levers-g2s-all": levers_markdown("real-g2s-levers-all", "real-g2s-levers-all-prose",
+                                                          baseline=V11_G2S),
+            "calibration-levers-g2s-all-fidelity": levers_fidelity_markdown(("real-g2s-levers-all",
+                                                                             "real-g2s-levers-all-prose")),
+}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
