@@ -30,7 +30,8 @@ PAGES = {  # generated block -> the results page that shows it
     "map-diagnosis-g2s": "diagnosis.md", "calibration-levers-s2g": "levers.md",
     "calibration-levers-s2g-fidelity": "levers.md", "calibration-levers-g2s": "levers.md",
     "calibration-levers-g2s-fidelity": "levers.md", "calibration-levers-g2s-all": "levers.md",
-    "calibration-levers-g2s-all-fidelity": "levers.md",
+    "calibration-levers-g2s-all-fidelity": "levers.md", "calibration-levers-s2g-all": "levers.md",
+    "calibration-levers-s2g-all-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -196,14 +197,14 @@ def map_diagnosis_markdown(file: str) -> str:
 
 V13 = "heterofold/smollm2-135m-to-gemma3-270m@v1.3.0"
 V11_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.1.0"
-LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it
+LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in this order)
     "train:real-s2g-topk/topk": "top-k teacher (128), 1200 steps over 320 windows",
     "train:real-s2g-topk-wide800/topk-wide800": "top-k teacher (128), 500 steps over 800 windows",
+    "train:real-s2g-topk-all/topk-all": "top-k teacher (128), 600 steps over all 1201 windows",
     V13: "v1.3.0: full teacher, 150 steps over 320 windows",
+    "train:real-g2s-topk-all/topk-all": "v1.2.0: top-k teacher (128), 600 steps over all 1154 windows",
     "train:real-g2s-topk-wide640/topk-wide640": "top-k teacher (128), 400 steps over 640 windows",
     V11_G2S: "v1.1.0: full teacher, at most 250 steps (12 minutes) over 320 windows",
-    "train:real-g2s-topk-all/topk-all": "v1.2.0: top-k teacher (128), 600 steps over all 1154 windows",
-    "train:real-s2g-topk-all/topk-all": "top-k teacher (128), 600 steps over all windows",
 }
 
 
@@ -274,7 +275,9 @@ def blocks() -> dict[str, str]:
                                                           baseline=V11_G2S),
             "calibration-levers-g2s-all-fidelity": levers_fidelity_markdown(("real-g2s-levers-all",
                                                                              "real-g2s-levers-all-prose")),
-}
+            "calibration-levers-s2g-all": levers_markdown("real-s2g-levers-all", "real-s2g-levers-all-prose"),
+            "calibration-levers-s2g-all-fidelity": levers_fidelity_markdown(("real-s2g-levers-all",
+                                                                             "real-s2g-levers-all-prose"))}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
