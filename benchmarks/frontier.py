@@ -149,7 +149,8 @@ POINTS = {
               elsewhere=_file("real/fidelity-s2g-512-dense-latent.json", "dense-latent"), plots=("recovered",)),
     ],
     "g2s": [
-        Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"), speed=_timed(V120_SPEED, "transfer")),
+        Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"),
+              speed=_timed(V120_SPEED, "transfer")),
         Point("v1.2.0 statement 5%", *V120, "statement@0.05", speed=_timed(V120_SPEED, "statement@0.05")),
         Point("v1.1.0", *V110, recovered=_score("real-g2s", "heterofold"), speed=_timed(G2S_SPEED, "transfer"),
               kept=_facts("real-g2s-handoff-2048", None, "transfer")),

@@ -169,7 +169,8 @@ def _facts_row(spec: dict, prefix: str) -> str:
         sources.append(file)
     per_format = "; ".join(f"{FORMAT_LABELS[fmt]} {', '.join(c)} tokens" for fmt, c in cells.items())
     note = spec.get("facts_note")
-    elsewhere = f". Not measured at longer documents yet; {note[0]}: [{note[1]}]({prefix}docs/results/{note[1]})" if note else ""
+    elsewhere = "" if note is None else \
+        f". Not measured at longer documents yet; {note[0]}: [{note[1]}]({prefix}docs/results/{note[1]})"
     return (f"| {label} | share of native prefill's exact answers: {per_format} ({min(shares):.1%}-{max(shares):.1%} "
             f"of the context recomputed; 96 documents a cell). Native answers {min(native):.2f}-{max(native):.2f}; "
             f"the pure transfer {max(pure):.2f} at most{elsewhere} | {_links(tuple(sources), prefix)} |")

@@ -92,8 +92,8 @@ def test_an_out_folder_that_is_a_file_is_refused(a_file, command):
 
 
 def test_offload_features_into_a_file_is_refused_before_training(a_file):
-    refused(hf_fold("train", "--method", "heterofold", "--windows", "2", "--eval-windows", "2", "--context-tokens", "32",
-                    "--continuation-tokens", "8", "--offload-features", str(a_file)),
+    refused(hf_fold("train", "--method", "heterofold", "--windows", "2", "--eval-windows", "2",
+                    "--context-tokens", "32", "--continuation-tokens", "8", "--offload-features", str(a_file)),
             f"--offload-features {a_file}: is a file, not a folder")
 
 

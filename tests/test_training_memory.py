@@ -148,6 +148,6 @@ def test_offloaded_features_are_removed_when_the_fit_fails(pair, tmp_path):
         raise RuntimeError("stopped")
 
     with pytest.raises(RuntimeError, match="stopped"):
-        fit_methods(sender, receiver, ["heterofold"], windows, batch_size=2, progress=False, fitters={"heterofold": failing},
-                    offload_features=tmp_path)
+        fit_methods(sender, receiver, ["heterofold"], windows, batch_size=2, progress=False,
+                    fitters={"heterofold": failing}, offload_features=tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -1,9 +1,10 @@
 """Training batches' sender features kept on disk instead of in memory (``hf-fold train --offload-features DIR``).
 
 A fit that keeps every window's features in memory grows with its windows (about 9-11 MB a window on the real
-pair, in fp16), and on the real pair it peaked well above their sum (docs/results/levers.md). On disk, memory stays at the models and one step, whatever the number of windows: each batch's
-features are one safetensors file, read back when a step takes that batch (the OS's page cache keeps the recent
-ones), and the folder goes when the fit is done.
+pair, in fp16), and on the real pair it peaked well above their sum (docs/results/levers.md). On disk, memory
+stays at the models and one step, whatever the number of windows: each batch's features are one safetensors file,
+read back when a step takes that batch (the OS's page cache keeps the recent ones), and the folder goes when the
+fit is done.
 """
 
 from __future__ import annotations
