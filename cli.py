@@ -215,7 +215,8 @@ def train_command(
                                           "reads (the best-correlated ones, or the nearest in depth)."),
     init: str = typer.Option(TrainArgs.init, help="HeteroFold's starting map: auto (the lowest receiver KL on training batches) | "
                              "recolor (moment matching) | ridge-recolor (ridge's prediction, recoloured) | kv-ridge | "
-                             "composed (two adapters through a pivot: --pivot or --init-adapter)."),
+                             "composed (two adapters through a pivot: --pivot or --init-adapter) | adapter "
+                             "(go on calibrating --init-adapter, e.g. on longer windows)."),
     max_minutes: Optional[float] = typer.Option(None, help="Stop calibration after this many minutes (checkpointed)."),
     copy_weight: float = typer.Option(TrainArgs.copy_weight, help="Extra calibration-loss weight on continuation "
                                       "tokens that repeat the context (4-gram match): the tokens a receiver copies, "
@@ -229,8 +230,8 @@ def train_command(
     pivot: Optional[str] = typer.Option(None, "--pivot", help="--init composed: the pivot whose registered adapters "
                                         "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
     via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
-    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init composed: start from this "
-                                                "package of `hf-fold compose` instead."),
+    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init adapter: the package whose "
+                                                "calibration goes on; --init composed: a package of `hf-fold compose`."),
 ):
     """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
 
@@ -242,6 +243,8 @@ def train_command(
 
       hf-fold train --sender heterofold/tiny-llama-code --receiver gguf/gemma3-270m-q4_k_m --init composed \\
         --pivot gguf/smollm2-135m-instruct-q4_1 --max-minutes 2
+
+      hf-fold train --init adapter --init-adapter adapters/q2l --context-tokens 1024 --out adapters/q2l-long
 
       hf-fold train --sender meta-llama/Llama-3.1-8B --receiver mistralai/Ministral-8B-Instruct-2410 \\
         --data corpus.jsonl --precision bf16-mixed --devices 4 --strategy ddp

@@ -184,3 +184,35 @@ def test_train_refuses_more_sources_per_layer_than_the_sender_has(pair_dirs, tmp
     assert not (tmp_path / "out" / "adapter_config.json").exists()
     run = hf_fold("train", "--sources-per-layer", "0", "--sender", "x", "--receiver", "y")
     assert run.returncode == 2 and "--sources-per-layer: 0 is too small (minimum 1)" in run.stderr
+
+
+def test_init_adapter_goes_on_from_a_package_and_records_it(package, pair_dirs, tmp_path):
+    """``--init adapter`` starts calibration from a trained package: with a vanishing learning rate its maps come
+    back unchanged (no closed-form start replaces them), and the new package records what it continued, so a
+    held-out check sees the first package's training text too."""
+    start = load_adapter(package)
+    run = hf_fold(*train_args(pair_dirs, tmp_path / "continued", "--init", "adapter", "--init-adapter", str(package),
+                              "--lr", "1e-30", "--context-tokens", "64"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    continued = load_adapter(tmp_path / "continued")
+    assert continued.config.extra["init"] == "adapter"
+    assert continued.config.extra["continued_from"]["path"] == str(package)
+    assert continued.config.extra["continued_from"]["data"] == [str(pair_dirs / "calib.txt")]
+    assert continued.config.layer_sources == start.config.layer_sources
+    for r in range(len(start.config.layer_sources)):
+        for got, want in zip(continued.affine_maps(r), start.affine_maps(r)):
+            assert torch.allclose(got[0], want[0], atol=1e-6) and torch.allclose(got[1], want[1], atol=1e-6)
+    from heterofold_hub.methods.composed import training_data
+
+    assert training_data(continued.config) == [str(pair_dirs / "calib.txt")] * 2
+
+
+def test_init_adapter_refusals(package, pair_dirs, tmp_path):
+    missing = hf_fold(*train_args(pair_dirs, tmp_path / "a", "--init", "adapter"))
+    assert missing.returncode == 2 and "--init adapter: give --init-adapter DIR" in missing.stderr
+    stray = hf_fold(*train_args(pair_dirs, tmp_path / "b", "--init-adapter", str(package)))
+    assert stray.returncode == 2 and "only apply to --init composed or adapter (it is 'auto')" in stray.stderr
+    # the first package was trained on calib.txt: scoring the continued one on it would score seen text
+    seen = hf_fold(*train_args(pair_dirs, tmp_path / "c", "--init", "adapter", "--init-adapter", str(package),
+                               "--heldout", str(pair_dirs / "calib.txt"), "--data", str(pair_dirs / "heldout.jsonl")))
+    assert seen.returncode == 2 and "calib.txt" in seen.stderr, seen.stderr[-2000:]

@@ -35,7 +35,10 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 # from the one whose receiver KL on the first training batches is lowest: which is best depends on the pair.
 INITS = {"recolor": ("recolor", {}), "ridge-recolor": ("recolor", {"base": "ridge", "layers": "correlated"}),
          "kv-ridge": ("kv-ridge", {})}
-INIT_CHOICES = ("auto", *INITS, "composed")  # composed: a composition of two adapters (options["start"])
+# Starting from a given affine package (options["start"]): a composition of two adapters ("composed"), or any
+# adapter of the pair, a published version say, whose calibration goes on ("adapter").
+GIVEN_STARTS = ("composed", "adapter")
+INIT_CHOICES = ("auto", *INITS, *GIVEN_STARTS)
 AUTO_BATCHES = 4  # training batches that score the candidate starting points
 
 
@@ -63,7 +66,7 @@ class CalibrationOptions(MethodOptions):
     teacher_top_k: int = 0  # 0: the teacher's full distribution, every step; k: its top k + the rest, kept (teacher.py)
     default_root_dir: str | None = None
     ckpt_path: str | None = None
-    start: object = None  # init="composed": the affine adapter to start from (heterofold_hub.compose)
+    start: object = None  # init in GIVEN_STARTS: the affine adapter to start from
 
     def __post_init__(self):
         if self.init not in INIT_CHOICES:
@@ -73,9 +76,9 @@ class CalibrationOptions(MethodOptions):
         if self.teacher_top_k < 0:
             raise HeteroFoldError(f"heterofold: teacher_top_k={self.teacher_top_k}; give 0 (the full distribution, "
                                   "computed every step) or a positive number of tokens kept per position")
-        if (self.init == "composed") != (self.start is not None):
-            raise HeteroFoldError("heterofold: init='composed' needs start=<an affine adapter> (and start needs "
-                                  f"init='composed'); got init={self.init!r}, start={type(self.start).__name__}")
+        if (self.init in GIVEN_STARTS) != (self.start is not None):
+            raise HeteroFoldError(f"heterofold: init in {GIVEN_STARTS} needs start=<an affine adapter> (and start "
+                                  f"needs one of them); got init={self.init!r}, start={type(self.start).__name__}")
 
 
 def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bool = True, callbacks=None, **options):
@@ -88,9 +91,9 @@ def calibrate(calib, batches=None, receiver=None, *, seed: int = 0, progress: bo
         guard = GoodCheckpoint(o.default_root_dir)
         callbacks += [ModelCheckpoint(dirpath=o.default_root_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=max(1, o.steps // 10)), guard]
-    if o.start is not None:  # a composition: already a full map for this pair
+    if o.start is not None:  # already a full map for this pair
         start = o.start
-        start.config.extra = {**start.config.extra, "init": "composed"}
+        start.config.extra = {**start.config.extra, "init": o.init}
     else:
         start = starting_map(calib, batches, receiver, init=o.init, sender_layers=o.sender_layers,
                              sources_per_layer=o.sources_per_layer, progress=progress)

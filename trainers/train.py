@@ -51,7 +51,7 @@ class TrainArgs:
     teacher_top_k: int = 0
     offload_features: Path | None = None  # a folder for the training features, instead of memory
     via: str | None = None  # --init composed (--pivot): the pivot model whose registered legs are composed
-    init_adapter: Path | None = None  # --init composed: a composed package (hf-fold compose --out) to start from
+    init_adapter: Path | None = None  # --init composed / adapter: the package (hf-fold compose --out, any affine one) to start from
 
     def __post_init__(self):
         if self.calib_windows is None:
@@ -99,7 +99,7 @@ class TrainArgs:
             problems.append(f"--lr: {self.lr:g} is too large (at most {MAX_LR:g}); leave it out for the method's default")
         from heterofold_hub.transfer.alignment import SENDER_LAYERS
 
-        from .calibrate import INIT_CHOICES
+        from .calibrate import GIVEN_STARTS, INIT_CHOICES
 
         if self.sender_layers not in SENDER_LAYERS:
             problems.append(f"--sender-layers: {self.sender_layers!r}; choose from {', '.join(SENDER_LAYERS)}")
@@ -108,13 +108,16 @@ class TrainArgs:
         if self.init == "composed" and (self.via is None) == (self.init_adapter is None):
             problems.append("--init composed: give --pivot PIVOT (compose the registry's legs) or --init-adapter DIR "
                             "(a package from `hf-fold compose`), one of the two")
-        elif self.init != "composed" and (self.via, self.init_adapter) != (None, None):
-            problems.append(f"--pivot / --init-adapter only apply to --init composed (it is {self.init!r})")
-        elif self.init == "composed" and self.method != "heterofold":
-            problems.append(f"--init composed starts heterofold calibration; --method is {self.method!r}")
-        if self.init == "composed" and self.sources_per_layer != TrainArgs.sources_per_layer:
-            problems.append("--sources-per-layer does not apply to --init composed (the composition's sources are the "
-                            "union of its legs'); drop it")
+        elif self.init == "adapter" and (self.init_adapter is None or self.via is not None):
+            problems.append("--init adapter: give --init-adapter DIR (the package whose calibration goes on) and no "
+                            "--pivot")
+        elif self.init not in GIVEN_STARTS and (self.via, self.init_adapter) != (None, None):
+            problems.append(f"--pivot / --init-adapter only apply to --init composed or adapter (it is {self.init!r})")
+        elif self.init in GIVEN_STARTS and self.method != "heterofold":
+            problems.append(f"--init {self.init} starts heterofold calibration; --method is {self.method!r}")
+        if self.init in GIVEN_STARTS and self.sources_per_layer != TrainArgs.sources_per_layer:
+            problems.append(f"--sources-per-layer does not apply to --init {self.init} (the starting package's maps "
+                            "already read their sender layers); drop it")
         if self.init_adapter is not None and not (self.init_adapter / "adapter_config.json").is_file():
             problems.append(f"--init-adapter: {self.init_adapter} is not an adapter package (no adapter_config.json)")
         if self.max_minutes is not None and not self.max_minutes > 0:
@@ -186,12 +189,14 @@ def check_sources(args: TrainArgs, sender) -> None:
                               f"({available}); give at most {len(available)}")
 
 
-def composed_start(args: TrainArgs, sender, receiver):
-    """The composed adapter ``--init composed`` starts from: ``--init-adapter`` or the registry's legs ``--pivot``;
-    refused when a parent was trained on the held-out text."""
+def given_start(args: TrainArgs, sender, receiver):
+    """The package ``--init composed`` or ``--init adapter`` starts from: ``--init-adapter`` or the registry's legs
+    composed through ``--pivot``; refused when it (or a parent) was trained on the held-out text. A continued
+    package records what it continues (``extra["continued_from"]``), so held-out checks see that text too."""
     from heterofold_hub.hub.composition import compose_path, held_out_problem
     from heterofold_hub.hub.registry import open_registry
     from heterofold_hub.methods import load_adapter
+    from heterofold_hub.methods.composed import training_data
     from heterofold_hub.adapter.save_and_load import check_pair
 
     if args.init_adapter is not None:
@@ -199,12 +204,17 @@ def composed_start(args: TrainArgs, sender, receiver):
         check_pair(start, sender, receiver, source=args.init_adapter)
         if start.affine_maps(0) is None:
             raise UsageError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
-                             "pass a package from `hf-fold compose`.")
+                             "pass a heterofold, kv-ridge or composed package.")
     else:
         start = compose_path(sender, receiver, via=args.via, registry=open_registry())
     problem = held_out_problem(start, args.heldout)
     if problem:
         raise UsageError(problem)
+    if args.init == "adapter":
+        continued = {"path": str(args.init_adapter), "method": start.config.method, "data": training_data(start.config),
+                     "training_windows": start.config.training_windows,
+                     "calibration_steps": start.config.extra.get("calibration_steps")}
+        start.config.extra = {**start.config.extra, "continued_from": continued}
     return start
 
 
@@ -225,7 +235,7 @@ def run_train(args: TrainArgs, console: Console, messages: Console = stderr) -> 
 
     from heterofold_hub import __version__
 
-    from .calibrate import calibrate
+    from .calibrate import GIVEN_STARTS, calibrate
     from .faults import training_faults
 
     train_texts, heldout_texts = read_texts(args.data), read_texts(args.heldout)
@@ -243,8 +253,8 @@ def run_train(args: TrainArgs, console: Console, messages: Console = stderr) -> 
         raise UsageError(f"--data {args.data!r} gives only {len(windows)} windows of {sum(cut.values())} tokens, "
                               f"fewer than --batch-size {args.batch_size}. Add text or lower --context-tokens.")
     options = method_options(args)
-    if args.init == "composed":
-        options["start"] = composed_start(args, sender, receiver)
+    if args.init in GIVEN_STARTS:
+        options["start"] = given_start(args, sender, receiver)
     lr = options.get("lr", 0.0)
     settings = {"--batch-size": args.batch_size, "--accumulate": args.accumulate, "--context-tokens": args.context_tokens}
     with training_faults(lr=lr, precision=args.precision, settings=settings, where=f"while fitting {args.method}"):

@@ -82,9 +82,11 @@ class ComposedAdapter(AffineAdapter):
 
 def training_data(config: AdapterConfig) -> list[str]:
     """Every text an adapter was fitted on, as recorded: its own ``training_args["data"]`` and, for a composed
-    adapter or one trained from a composition, its parents' (so held-out checks see through composition)."""
+    adapter or one trained from a composition, its parents'; for one whose calibration went on from another
+    package (``--init adapter``), that package's (so held-out checks see through both)."""
     own = [str(config.training_args["data"])] if config.training_args.get("data") is not None else []
-    return own + [d for p in config.extra.get("parents", []) for d in p.get("data", [])]
+    continued = config.extra.get("continued_from", {}).get("data", [])
+    return own + [d for p in config.extra.get("parents", []) for d in p.get("data", [])] + list(continued)
 
 
 def check_provenance(config: AdapterConfig) -> None:
