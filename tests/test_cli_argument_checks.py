@@ -113,3 +113,17 @@ def test_a_select_without_a_share_is_refused_not_dropped(command):
     """--select tail with --recompute 0 would silently run the pure transfer: each command says so, before any work."""
     refused(hf_fold(*command, "--select", "tail"), "--select tail: chooses positions to recompute, but --recompute is 0",
             "--recompute 0.12 --select tail")
+
+
+def test_train_args_take_folders_as_text_as_an_experiment_gives_them(a_file, tmp_path):
+    """An experiment's TOML gives ``[train.NAME]`` folders as strings: they are checked as the command line's are."""
+    from heterofold_hub.errors import UsageError
+    from heterofold_hub.trainers.train import TrainArgs
+
+    args = TrainArgs(sender="a", receiver="b", out=str(tmp_path / "out"), offload_features=str(a_file),
+                     init="adapter", init_adapter=str(tmp_path))
+    assert all(isinstance(p, Path) for p in (args.out, args.offload_features, args.init_adapter))
+    with pytest.raises(UsageError) as problems:
+        args.validate()
+    assert f"--offload-features {a_file}: is a file" in str(problems.value)
+    assert f"--init-adapter: {tmp_path} is not an adapter package" in str(problems.value)

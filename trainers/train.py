@@ -54,6 +54,10 @@ class TrainArgs:
     init_adapter: Path | None = None  # --init composed / adapter: the package (hf-fold compose --out, any affine one) to start from
 
     def __post_init__(self):
+        # folders given as text (an experiment's TOML, Python callers) are paths like the command line's
+        for name in ("out", "offload_features", "init_adapter"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
         if self.calib_windows is None:
             self.calib_windows = min(CALIB_WINDOWS, self.windows)
 
