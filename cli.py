@@ -188,7 +188,8 @@ def train_command(
     sender: str = SENDER,
     receiver: str = RECEIVER,
     data: str = typer.Option(TrainArgs.data, help="Training text: bundled:<split>, a text file, a folder or a "
-                             "JSONL file ('text'). Default: the standard library's files (no synthetic documents)."),
+                             "JSONL file ('text'), or several joined by commas. Default: the standard library's "
+                             "files (no synthetic documents)."),
     heldout: str = typer.Option(TrainArgs.heldout, help="Held-out text for the final fidelity table (never trained on)."),
     out: Path = typer.Option(TrainArgs.out, help="Output folder: the adapter package."),
     method: str = typer.Option(TrainArgs.method, help="heterofold | kv-ridge | dense-latent."),

@@ -60,3 +60,34 @@ def test_natural_and_retrieval_parts_partition_each_fitted_split():
         assert len(natural) + len(retrieval) == len(whole) and natural and retrieval
         assert all(not r["source"].startswith("synthetic/") for r in natural)
         assert all(r["source"].startswith("synthetic/retrieval/") for r in retrieval)
+
+
+def test_several_sources_joined_by_commas_are_read_in_turn(tmp_path):
+    both = read_texts("bundled:wide-prose, bundled:calib-natural")
+    assert both == read_texts("bundled:wide-prose") + read_texts("bundled:calib-natural")
+    assert same_source("bundled:wide,bundled:unseen-code", "bundled:unseen-code")
+    assert not same_source("bundled:wide,bundled:train-natural", "bundled:unseen")
+    # a path that exists is one source, commas and all
+    odd = tmp_path / "a,b.txt"
+    odd.write_text("some text")
+    assert read_texts(str(odd)) == ["some text"]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("bundled:wide,,bundled:calib", "has an empty source between commas"),
+    ("bundled:wide,bundled:wide", "names 'bundled:wide' twice"),
+    ("bundled:wide,no/such/file.txt", "Data path 'no/such/file.txt' does not exist"),
+])
+def test_a_bad_list_of_sources_names_the_bad_one(source, message):
+    from heterofold_hub.errors import HeteroFoldError
+
+    with pytest.raises(HeteroFoldError, match=message):
+        read_texts(source)
+
+
+def test_training_on_several_sources_is_refused_when_one_is_the_held_out_text():
+    from heterofold_hub.data.texts import trained_on_eval_text
+
+    assert trained_on_eval_text("bundled:wide,bundled:unseen-prose", "bundled:unseen-prose")
+    assert trained_on_eval_text("bundled:wide,bundled:unseen", "bundled:unseen-code")  # by shared passages
+    assert not trained_on_eval_text("bundled:wide,bundled:calib-natural", "bundled:unseen")

@@ -12,9 +12,29 @@ from heterofold_hub.zoo.corpus import SPLITS, load_corpus
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".rs", ".go", ".java"}
 
 
+def source_parts(source: str) -> list[str]:
+    """The sources a ``--data``-style value names: one, or several joined by commas
+    (``bundled:wide,bundled:train-natural``). A path that exists is one source, commas in its name and all."""
+    if "," not in source or Path(source).exists():
+        return [source]
+    parts = [part.strip() for part in source.split(",")]
+    if not all(parts):
+        raise UsageError(f"Data {source!r} has an empty source between commas; give sources joined by single commas, "
+                         "e.g. bundled:wide,bundled:train-natural.")
+    repeated = sorted({part for part in parts if parts.count(part) > 1})
+    if repeated:
+        raise UsageError(f"Data {source!r} names {repeated[0]!r} twice; give each source once (its text would weigh "
+                         "double).")
+    return parts
+
+
 def read_texts(source: str) -> list[str]:
     """Documents from ``source``: ``bundled:<split>``, a ``.jsonl`` file (``text`` field), a text file,
-    or a folder (its text files, sorted by path)."""
+    or a folder (its text files, sorted by path); several joined by commas, one source's documents after another's
+    (windows are then taken round-robin across all of them: :func:`~heterofold_hub.data.windows.make_windows`)."""
+    parts = source_parts(source)
+    if len(parts) > 1:
+        return [text for part in parts for text in read_texts(part)]
     if source.startswith("bundled:"):
         split = source.split(":", 1)[1]
         if split not in SPLITS:
@@ -80,7 +100,11 @@ def shared_passages(seen: list[str], held_out: list[str]) -> list[int]:
 
 
 def same_source(a: str, b: str) -> bool:
-    """Whether two ``--data``-style sources name the same thing (``./x.jsonl`` and ``x.jsonl`` do)."""
+    """Whether two ``--data``-style values name a source in common (``./x.jsonl`` and ``x.jsonl`` are one)."""
+    return any(_same_one(x, y) for x in source_parts(a) for y in source_parts(b))
+
+
+def _same_one(a: str, b: str) -> bool:
     if a.startswith("bundled:") or b.startswith("bundled:"):
         return a == b
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
