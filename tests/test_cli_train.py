@@ -205,6 +205,11 @@ def test_init_adapter_goes_on_from_a_package_and_records_it(package, pair_dirs, 
     from heterofold_hub.methods.composed import training_data
 
     assert training_data(continued.config) == [str(pair_dirs / "calib.txt")] * 2
+    from heterofold_hub.hub.cards import render_card
+
+    card = render_card(tmp_path / "continued", repo_id="tester/continued", version="1.0.0")
+    assert ("went on from an earlier package of this pair (`--init adapter`), itself trained on 8 windows of "
+            f"`{pair_dirs / 'calib.txt'}` for 3 steps") in " ".join(card.split())
 
 
 def test_init_adapter_refusals(package, pair_dirs, tmp_path):
