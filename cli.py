@@ -231,8 +231,9 @@ def train_command(
     pivot: Optional[str] = typer.Option(None, "--pivot", help="--init composed: the pivot whose registered adapters "
                                         "(sender -> pivot, pivot -> receiver) are composed into the starting map."),
     via: Optional[str] = typer.Option(None, "--via", hidden=True, help="Old name of --pivot."),
-    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="--init adapter: the package whose "
-                                                "calibration goes on; --init composed: a package of `hf-fold compose`."),
+    init_adapter: Optional[str] = typer.Option(None, "--init-adapter", help="--init adapter: the package whose "
+                                               "calibration goes on, a folder or a registered ORG/NAME[@VERSION]; "
+                                               "--init composed: a package of `hf-fold compose`."),
 ):
     """Fit a pair adapter with receiver-logit calibration and write a complete adapter package.
 

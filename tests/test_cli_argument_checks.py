@@ -122,7 +122,7 @@ def test_train_args_take_folders_as_text_as_an_experiment_gives_them(a_file, tmp
 
     args = TrainArgs(sender="a", receiver="b", out=str(tmp_path / "out"), offload_features=str(a_file),
                      init="adapter", init_adapter=str(tmp_path))
-    assert all(isinstance(p, Path) for p in (args.out, args.offload_features, args.init_adapter))
+    assert isinstance(args.out, Path) and isinstance(args.offload_features, Path)
     with pytest.raises(UsageError) as problems:
         args.validate()
     assert f"--offload-features {a_file}: is a file" in str(problems.value)

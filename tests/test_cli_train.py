@@ -221,3 +221,40 @@ def test_init_adapter_refusals(package, pair_dirs, tmp_path):
     seen = hf_fold(*train_args(pair_dirs, tmp_path / "c", "--init", "adapter", "--init-adapter", str(package),
                                "--heldout", str(pair_dirs / "calib.txt"), "--data", str(pair_dirs / "heldout.jsonl")))
     assert seen.returncode == 2 and "calib.txt" in seen.stderr, seen.stderr[-2000:]
+
+
+def test_init_adapter_takes_a_registered_version(package, pair_dirs, tmp_path):
+    """``--init-adapter ORG/NAME@VERSION`` fetches the registered version from the hub (checked against the
+    registry's hashes) and goes on from it; the package records the version and its weights' hash."""
+    from heterofold_hub.hub import LocalHub
+    from heterofold_hub.hub.publishing import push_package
+    from heterofold_hub.hub.registry import Registry
+
+    from dataclasses import replace
+
+    from heterofold_hub.adapter.config import METRICS_NAME
+    from heterofold_hub.adapter.save_and_load import save_adapter
+
+    # registered under hub-style ids (a registry takes no local paths); the local folders match them by tokenizer
+    # and KV layout, as a downloaded model would
+    start, published = load_adapter(package), tmp_path / "published"
+    start.config = replace(start.config, sender="tester/sender", receiver="tester/receiver")
+    save_adapter(start, published)
+    metrics = json.loads((package / METRICS_NAME).read_text())
+    (published / METRICS_NAME).write_text(json.dumps({**metrics, "sender": "tester/sender",
+                                                      "receiver": "tester/receiver"}))
+    registry, hub_dir = tmp_path / "registry.json", tmp_path / "hub"
+    push_package(published, repo_id="tester/start", version="1.0.0", hub=LocalHub(hub_dir),
+                 registry=Registry.empty(registry))
+    env = {"HF_FOLD_REGISTRY": str(registry), "HF_FOLD_HOME": str(hub_dir)}
+    run = hf_fold(*train_args(pair_dirs, tmp_path / "continued", "--init", "adapter", "--init-adapter",
+                              "tester/start@1.0.0", "--lr", "1e-30"), env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    continued = load_adapter(tmp_path / "continued").config.extra["continued_from"]
+    weights = hashlib.sha256((published / WEIGHTS_NAME).read_bytes()).hexdigest()
+    assert continued["path"] == "tester/start@v1.0.0" and continued["weights_sha256"] == f"sha256:{weights}"
+    unknown = hf_fold(*train_args(pair_dirs, tmp_path / "x", "--init", "adapter", "--init-adapter",
+                                  "tester/nothing@1.0.0"), env=env)
+    assert unknown.returncode != 0 and "'tester/nothing' is neither a package folder nor in the registry" in unknown.stderr
+    bad = hf_fold(*train_args(pair_dirs, tmp_path / "y", "--init", "adapter", "--init-adapter", "no-such-folder"))
+    assert bad.returncode == 2 and "'no-such-folder' is neither a package folder on this machine nor a registered repo" in bad.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -51,13 +52,15 @@ class TrainArgs:
     teacher_top_k: int = 0
     offload_features: Path | None = None  # a folder for the training features, instead of memory
     via: str | None = None  # --init composed (--pivot): the pivot model whose registered legs are composed
-    init_adapter: Path | None = None  # --init composed / adapter: the package (hf-fold compose --out, any affine one) to start from
+    init_adapter: str | None = None  # --init composed / adapter: a package folder, or a registered ORG/NAME[@VERSION]
 
     def __post_init__(self):
         # folders given as text (an experiment's TOML, Python callers) are paths like the command line's
-        for name in ("out", "offload_features", "init_adapter"):
+        for name in ("out", "offload_features"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
+        if isinstance(self.init_adapter, Path):
+            self.init_adapter = str(self.init_adapter)
         if self.calib_windows is None:
             self.calib_windows = min(CALIB_WINDOWS, self.windows)
 
@@ -122,8 +125,8 @@ class TrainArgs:
         if self.init in GIVEN_STARTS and self.sources_per_layer != TrainArgs.sources_per_layer:
             problems.append(f"--sources-per-layer does not apply to --init {self.init} (the starting package's maps "
                             "already read their sender layers); drop it")
-        if self.init_adapter is not None and not (self.init_adapter / "adapter_config.json").is_file():
-            problems.append(f"--init-adapter: {self.init_adapter} is not an adapter package (no adapter_config.json)")
+        if self.init_adapter is not None:
+            problems += [p for p in [init_adapter_problem(self.init_adapter)] if p]
         if self.max_minutes is not None and not self.max_minutes > 0:
             problems.append(f"--max-minutes: {self.max_minutes} must be positive (or left out)")
         if not self.copy_weight >= 0:
@@ -193,6 +196,24 @@ def check_sources(args: TrainArgs, sender) -> None:
                               f"({available}); give at most {len(available)}")
 
 
+def init_adapter_problem(value: str) -> str | None:
+    """Why ``--init-adapter`` names no package: a folder without one, or neither a folder nor ORG/NAME[@VERSION]."""
+    from heterofold_hub.commands.hub import split_ref
+    from heterofold_hub.hub.base import HubError, validate_repo_id
+
+    folder = Path(value)
+    if folder.exists():
+        if not (folder / "adapter_config.json").is_file():
+            return f"--init-adapter: {value} is not an adapter package (no adapter_config.json)"
+        return None
+    try:
+        validate_repo_id(split_ref(value)[0])  # and its version, if pinned
+    except HubError as err:
+        return (f"--init-adapter: {value!r} is neither a package folder on this machine nor a registered repo "
+                f"(ORG/NAME or ORG/NAME@VERSION): {err}")
+    return None
+
+
 def given_start(args: TrainArgs, sender, receiver):
     """The package ``--init composed`` or ``--init adapter`` starts from: ``--init-adapter`` or the registry's legs
     composed through ``--pivot``; refused when it (or a parent) was trained on the held-out text. A continued
@@ -201,11 +222,19 @@ def given_start(args: TrainArgs, sender, receiver):
     from heterofold_hub.hub.registry import open_registry
     from heterofold_hub.methods import load_adapter
     from heterofold_hub.methods.composed import training_data
+    from heterofold_hub.adapter.config import WEIGHTS_NAME
     from heterofold_hub.adapter.save_and_load import check_pair
+    from heterofold_hub.commands.hub import split_ref
+    from heterofold_hub.hub.resolve import resolve_adapter
 
     if args.init_adapter is not None:
-        start = load_adapter(args.init_adapter)
-        check_pair(start, sender, receiver, source=args.init_adapter)
+        if Path(args.init_adapter).is_dir():
+            start, folder, source = load_adapter(args.init_adapter), Path(args.init_adapter), args.init_adapter
+            check_pair(start, sender, receiver, source=args.init_adapter)
+        else:  # a registered repo, pinned or its latest version, fetched and checked like any resolved adapter
+            repo_id, version = split_ref(args.init_adapter)
+            found = resolve_adapter(sender, receiver, adapter=repo_id, version=version)
+            start, folder, source = found.adapter, Path(found.folder), f"{found.repo_id}@{found.version}"
         if start.affine_maps(0) is None:
             raise UsageError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
                              "pass a heterofold, kv-ridge or composed package.")
@@ -215,8 +244,9 @@ def given_start(args: TrainArgs, sender, receiver):
     if problem:
         raise UsageError(problem)
     if args.init == "adapter":
-        continued = {"path": str(args.init_adapter), "method": start.config.method, "data": training_data(start.config),
-                     "training_windows": start.config.training_windows,
+        weights = hashlib.sha256((folder / WEIGHTS_NAME).read_bytes()).hexdigest()
+        continued = {"path": source, "weights_sha256": f"sha256:{weights}", "method": start.config.method,
+                     "data": training_data(start.config), "training_windows": start.config.training_windows,
                      "calibration_steps": start.config.extra.get("calibration_steps")}
         start.config.extra = {**start.config.extra, "continued_from": continued}
     return start
