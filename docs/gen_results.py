@@ -31,7 +31,9 @@ PAGES = {  # generated block -> the results page that shows it
     "calibration-levers-s2g-fidelity": "levers.md", "calibration-levers-g2s": "levers.md",
     "calibration-levers-g2s-fidelity": "levers.md", "calibration-levers-g2s-all": "levers.md",
     "calibration-levers-g2s-all-fidelity": "levers.md", "calibration-levers-s2g-all": "levers.md",
-    "calibration-levers-s2g-all-fidelity": "levers.md",
+    "calibration-levers-s2g-all-fidelity": "levers.md", "calibration-levers-g2s-long": "levers.md",
+    "calibration-levers-g2s-long-fidelity": "levers.md", "calibration-levers-s2g-long": "levers.md",
+    "calibration-levers-s2g-long-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -197,6 +199,7 @@ def map_diagnosis_markdown(file: str) -> str:
 
 V13 = "heterofold/smollm2-135m-to-gemma3-270m@v1.3.0"
 V11_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.1.0"
+V12_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.2.0"
 LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in this order)
     "train:real-s2g-topk/topk": "top-k teacher (128), 1200 steps over 320 windows",
     "train:real-s2g-topk-wide800/topk-wide800": "top-k teacher (128), 500 steps over 800 windows",
@@ -205,7 +208,15 @@ LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in
     "train:real-g2s-topk-all/topk-all": "v1.2.0: top-k teacher (128), 600 steps over all 1154 windows",
     "train:real-g2s-topk-wide640/topk-wide640": "top-k teacher (128), 400 steps over 640 windows",
     V11_G2S: "v1.1.0: full teacher, at most 250 steps (12 minutes) over 320 windows",
+    "train:real-g2s-long/long": "v1.2.0 calibrated on: 300 steps over all 251 windows of 2048 tokens",
+    V12_G2S: "v1.2.0: 600 steps over all 1154 windows of 512 tokens",
+    "train:real-s2g-long/long": "the 1201-window package calibrated on: 300 steps over all 264 windows of 2048 tokens",
 }
+
+
+S2G_ALL = "train:real-s2g-topk-all/topk-all"
+# the long-window package beside the one it went on from (v1.3.0, scored in the same run, is in the full tables)
+LONG_S2G_ROWS = {ref: LEVER_ROWS[ref] for ref in ("train:real-s2g-long/long", S2G_ALL)}
 
 
 def levers_markdown(code="real-s2g-levers", prose="real-s2g-levers-prose", rows=LEVER_ROWS, baseline=V13) -> str:
@@ -277,7 +288,15 @@ def blocks() -> dict[str, str]:
                                                                              "real-g2s-levers-all-prose")),
             "calibration-levers-s2g-all": levers_markdown("real-s2g-levers-all", "real-s2g-levers-all-prose"),
             "calibration-levers-s2g-all-fidelity": levers_fidelity_markdown(("real-s2g-levers-all",
-                                                                             "real-s2g-levers-all-prose"))}
+                                                                             "real-s2g-levers-all-prose")),
+            "calibration-levers-g2s-long": levers_markdown("real-g2s-levers-long", "real-g2s-levers-long-prose",
+                                                           baseline=V12_G2S),
+            "calibration-levers-g2s-long-fidelity": levers_fidelity_markdown(("real-g2s-levers-long",
+                                                                              "real-g2s-levers-long-prose")),
+            "calibration-levers-s2g-long": levers_markdown("real-s2g-levers-long", "real-s2g-levers-long-prose",
+                                                           rows=LONG_S2G_ROWS, baseline=S2G_ALL),
+            "calibration-levers-s2g-long-fidelity": levers_fidelity_markdown(("real-s2g-levers-long",
+                                                                              "real-s2g-levers-long-prose"))}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
