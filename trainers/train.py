@@ -116,8 +116,8 @@ class TrainArgs:
             problems.append("--init composed: give --pivot PIVOT (compose the registry's legs) or --init-adapter DIR "
                             "(a package from `hf-fold compose`), one of the two")
         elif self.init == "adapter" and (self.init_adapter is None or self.via is not None):
-            problems.append("--init adapter: give --init-adapter DIR (the package whose calibration goes on) and no "
-                            "--pivot")
+            problems.append("--init adapter: give --init-adapter DIR or ORG/NAME[@VERSION] (the package whose "
+                            "calibration goes on) and no --pivot")
         elif self.init not in GIVEN_STARTS and (self.via, self.init_adapter) != (None, None):
             problems.append(f"--pivot / --init-adapter only apply to --init composed or adapter (it is {self.init!r})")
         elif self.init in GIVEN_STARTS and self.method != "heterofold":
