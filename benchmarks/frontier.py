@@ -87,6 +87,7 @@ G2S_TAIL = "handoff/fidelity-g2s-2048-tail"
 # v1.1.0 timed again beside v1.2.0 (same machine, same hour), so the two versions' speed-ups compare
 G2S_SPEED = "real-g2s-v110-handoff-speed-again"
 V120_SPEED = "real-g2s-v120-handoff-speed"
+V130_SPEED = "real-g2s-v130-handoff-speed"
 
 DIRECTIONS = {  # direction -> (title, sender, receiver)
     "s2g": ("SmolLM2-135M -> Gemma 3 270M", "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
@@ -96,6 +97,7 @@ S2G = "heterofold/smollm2-135m-to-gemma3-270m@"
 G2S = "heterofold/gemma3-270m-to-smollm2-135m@"
 V130, V110 = ("heterofold v1.3.0", S2G + "v1.3.0"), ("heterofold v1.1.0", G2S + "v1.1.0")  # (group, adapter)
 V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
+V130_G2S = ("heterofold v1.3.0", G2S + "v1.3.0")
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
 
 # History runs are named by their training run; the version each was published as is the results pages' (fidelity.md,
@@ -149,6 +151,9 @@ POINTS = {
               elsewhere=_file("real/fidelity-s2g-512-dense-latent.json", "dense-latent"), plots=("recovered",)),
     ],
     "g2s": [
+        Point("v1.3.0", *V130_G2S, recovered=_score("real-g2s-levers-long", "heterofold"),
+              speed=_timed(V130_SPEED, "transfer")),
+        Point("v1.3.0 statement 5%", *V130_G2S, "statement@0.05", speed=_timed(V130_SPEED, "statement@0.05")),
         Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"),
               speed=_timed(V120_SPEED, "transfer")),
         Point("v1.2.0 statement 5%", *V120, "statement@0.05", speed=_timed(V120_SPEED, "statement@0.05")),

@@ -55,11 +55,11 @@ DIRECTIONS = {
     },
     "g2s": {
         "title": "Gemma 3 270M -> SmolLM2-135M",
-        "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.2.0",
-        "fidelity": {512: (("real-g2s-levers-all", "score", "512"), ("real-g2s", "train", "kv-ridge")),
-                     2048: (("real-g2s-levers-all", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
-        "retrieval": [(("real-g2s-v120-handoff", "handoff"), "code"), (("real-g2s-v120-handoff", "handoff"), "prose")],
-        # v1.2.0's facts are measured at 512 tokens only; v1.1.0's longer documents are on the retrieval page
+        "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0",
+        "fidelity": {512: (("real-g2s-levers-long", "score", "512"), ("real-g2s", "train", "kv-ridge")),
+                     2048: (("real-g2s-levers-long", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
+        "retrieval": [(("real-g2s-v130-handoff", "handoff"), "code"), (("real-g2s-v130-handoff", "handoff"), "prose")],
+        # v1.3.0's facts are measured at 512 tokens only; v1.1.0's longer documents are on the retrieval page
         "facts_note": ("v1.1.0's at 1024 and 2048 tokens", "retrieval.md"),
         "setting": "statement@0.05",
         "both_baselines": ("real-bench", "bench"),
