@@ -87,7 +87,7 @@ G2S_TAIL = "handoff/fidelity-g2s-2048-tail"
 # v1.1.0 timed again beside v1.2.0 (same machine, same hour), so the two versions' speed-ups compare
 G2S_SPEED = "real-g2s-v110-handoff-speed-again"
 V120_SPEED = "real-g2s-v120-handoff-speed"
-V130_SPEED = "real-g2s-v130-handoff-speed"
+V130_SPEED = "real-g2s-v130-handoff-speed-k07"  # the newest timing of v1.3.0, as the README's
 
 DIRECTIONS = {  # direction -> (title, sender, receiver)
     "s2g": ("SmolLM2-135M -> Gemma 3 270M", "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),

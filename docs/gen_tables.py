@@ -58,10 +58,13 @@ DIRECTIONS = {
         "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0",
         "fidelity": {512: (("real-g2s-levers-long", "score", "512"), ("real-g2s", "train", "kv-ridge")),
                      2048: (("real-g2s-levers-long", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
-        "retrieval": [(("real-g2s-v130-handoff", "handoff"), "code"), (("real-g2s-v130-handoff", "handoff"), "prose")],
-        # v1.3.0's facts are measured at 512 tokens only; v1.1.0's longer documents are on the retrieval page
-        "facts_note": ("v1.1.0's at 1024 and 2048 tokens", "retrieval.md"),
-        "setting": "statement@0.05",
+        "retrieval": [(("real-g2s-v130-handoff", "handoff"), "code"), (("real-g2s-v130-handoff-1024", "handoff"), "code"),
+                      (("real-g2s-v130-handoff", "handoff"), "prose"),
+                      (("real-g2s-v130-handoff-1024", "handoff"), "prose")],
+        # v1.3.0's facts are measured at 512 and 1024 tokens; v1.1.0's at 2048 are on the retrieval page
+        "facts_note": ("v1.1.0's at 2048 tokens", "retrieval.md"),
+        # the best measured setting (its factor screened on other documents), shown since none is recommended
+        "setting": "statement@0.05 k0.7",
         "both_baselines": ("real-bench", "bench"),
         # the faster option: (experiment, bench row of the package, its score row), its products in bf16
         "more": {"title": "Low rank and bf16 together", "page": "low-rank.md#low-rank-and-bf16-together",
