@@ -247,7 +247,14 @@ def trained_on(v: Version) -> str:
     data, windows = args.get("data"), v.config.get("training_windows")
     if not data:
         return "not recorded"
-    return f"`{data}`" + (f", {windows} windows" if windows else "")
+    own = f"`{data}`" + (f", {windows} windows" if windows else "")
+    if args.get("context_tokens", 512) != 512:
+        own += f" of {args['context_tokens']} tokens"
+    continued = (v.config.get("extra") or {}).get("continued_from")
+    if continued:  # --init adapter: the windows above came on top of the package it went on from
+        own += (f", continued from a package trained on `{', '.join(continued['data'])}`, "
+                f"{continued['training_windows']} windows")
+    return own
 
 
 def _short(value: str | None) -> str | None:
