@@ -198,8 +198,7 @@ def check_sources(args: TrainArgs, sender) -> None:
 
 def init_adapter_problem(value: str) -> str | None:
     """Why ``--init-adapter`` names no package: a folder without one, or neither a folder nor ORG/NAME[@VERSION]."""
-    from heterofold_hub.commands.hub import split_ref
-    from heterofold_hub.hub.base import HubError, validate_repo_id
+    from heterofold_hub.hub.base import HubError, split_ref, validate_repo_id
 
     folder = Path(value)
     if folder.exists():
@@ -224,7 +223,7 @@ def given_start(args: TrainArgs, sender, receiver):
     from heterofold_hub.methods.composed import training_data
     from heterofold_hub.adapter.config import WEIGHTS_NAME
     from heterofold_hub.adapter.save_and_load import check_pair
-    from heterofold_hub.commands.hub import split_ref
+    from heterofold_hub.hub.base import split_ref
     from heterofold_hub.hub.resolve import resolve_adapter
 
     if args.init_adapter is not None:

@@ -11,15 +11,8 @@ from rich.markup import escape
 from heterofold_hub.commands import conventions
 from heterofold_hub.commands.tables import Column, clip, print_table
 from heterofold_hub.errors import HeteroFoldError
+from heterofold_hub.hub.base import split_ref
 from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
-
-
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
-    from heterofold_hub.hub.base import normalize_version
-
-    repo_id, _, version = ref.partition("@")
-    return repo_id, normalize_version(version) if version else None
 
 
 def find_entry(registry: Registry, repo_id: str) -> AdapterEntry:

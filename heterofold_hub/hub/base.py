@@ -86,6 +86,12 @@ def normalize_version(version: str) -> str:
     return validate_version(version if str(version).startswith("v") else f"v{version}")
 
 
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``org/name@v1.0.0`` -> (``org/name``, ``v1.0.0``); no ``@`` -> latest."""
+    repo_id, _, version = ref.partition("@")
+    return repo_id, normalize_version(version) if version else None
+
+
 def is_version(name: str) -> bool:
     return bool(_VERSION_RE.fullmatch(name))
 
