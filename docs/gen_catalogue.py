@@ -252,8 +252,8 @@ def trained_on(v: Version) -> str:
         own += f" of {args['context_tokens']} tokens"
     continued = (v.config.get("extra") or {}).get("continued_from")
     if continued:  # --init adapter: the windows above came on top of the package it went on from
-        own += (f", continued from a package trained on `{', '.join(continued['data'])}`, "
-                f"{continued['training_windows']} windows")
+        own += f", continued from a package trained on `{', '.join(continued['data'])}`"
+        own += f", {continued['training_windows']} windows" if continued.get("training_windows") else ""
     return own
 
 

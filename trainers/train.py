@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -198,12 +197,13 @@ def check_sources(args: TrainArgs, sender) -> None:
 
 def init_adapter_problem(value: str) -> str | None:
     """Why ``--init-adapter`` names no package: a folder without one, or neither a folder nor ORG/NAME[@VERSION]."""
+    from heterofold_hub.adapter.config import CONFIG_NAME
     from heterofold_hub.hub.base import HubError, split_ref, validate_repo_id
 
     folder = Path(value)
     if folder.exists():
-        if not (folder / "adapter_config.json").is_file():
-            return f"--init-adapter: {value} is not an adapter package (no adapter_config.json)"
+        if not (folder / CONFIG_NAME).is_file():
+            return f"--init-adapter: {value} is not an adapter package (no {CONFIG_NAME})"
         return None
     try:
         validate_repo_id(split_ref(value)[0])  # and its version, if pinned
@@ -214,26 +214,21 @@ def init_adapter_problem(value: str) -> str | None:
 
 
 def given_start(args: TrainArgs, sender, receiver):
-    """The package ``--init composed`` or ``--init adapter`` starts from: ``--init-adapter`` or the registry's legs
-    composed through ``--pivot``; refused when it (or a parent) was trained on the held-out text. A continued
-    package records what it continues (``extra["continued_from"]``), so held-out checks see that text too."""
+    """The package ``--init composed`` or ``--init adapter`` starts from: ``--init-adapter`` (a folder, or a registered
+    version fetched and checked like any resolved adapter) or the registry's legs composed through ``--pivot``;
+    refused when it (or a parent) was trained on the held-out text. A continued package records what it continues
+    (``extra["continued_from"]``), so held-out checks see that text too."""
+    from heterofold_hub.evaluation.provenance import adapter_record
+    from heterofold_hub.hub.base import split_ref
     from heterofold_hub.hub.composition import compose_path, held_out_problem
     from heterofold_hub.hub.registry import open_registry
-    from heterofold_hub.methods import load_adapter
-    from heterofold_hub.methods.composed import training_data
-    from heterofold_hub.adapter.config import WEIGHTS_NAME
-    from heterofold_hub.adapter.save_and_load import check_pair
-    from heterofold_hub.hub.base import split_ref
     from heterofold_hub.hub.resolve import resolve_adapter
+    from heterofold_hub.methods.composed import training_data
 
     if args.init_adapter is not None:
-        if Path(args.init_adapter).is_dir():
-            start, folder, source = load_adapter(args.init_adapter), Path(args.init_adapter), args.init_adapter
-            check_pair(start, sender, receiver, source=args.init_adapter)
-        else:  # a registered repo, pinned or its latest version, fetched and checked like any resolved adapter
-            repo_id, version = split_ref(args.init_adapter)
-            found = resolve_adapter(sender, receiver, adapter=repo_id, version=version)
-            start, folder, source = found.adapter, Path(found.folder), f"{found.repo_id}@{found.version}"
+        ref = (args.init_adapter, None) if Path(args.init_adapter).is_dir() else split_ref(args.init_adapter)
+        found = resolve_adapter(sender, receiver, adapter=ref[0], version=ref[1])
+        start = found.adapter
         if start.affine_maps(0) is None:
             raise UsageError(f"--init-adapter {args.init_adapter} is {start.config.method}, not an affine map; "
                              "pass a heterofold, kv-ridge or composed package.")
@@ -243,9 +238,10 @@ def given_start(args: TrainArgs, sender, receiver):
     if problem:
         raise UsageError(problem)
     if args.init == "adapter":
-        weights = hashlib.sha256((folder / WEIGHTS_NAME).read_bytes()).hexdigest()
-        continued = {"path": source, "weights_sha256": f"sha256:{weights}", "method": start.config.method,
-                     "data": training_data(start.config), "training_windows": start.config.training_windows,
+        record = adapter_record(start, found)  # where it came from, its weights' hash (the file's, checked on load)
+        continued = {"path": record["source"], "weights_sha256": record["weights_sha256"],
+                     "method": start.config.method, "data": training_data(start.config),
+                     "training_windows": start.config.training_windows,
                      "calibration_steps": start.config.extra.get("calibration_steps")}
         start.config.extra = {**start.config.extra, "continued_from": continued}
     return start
