@@ -14,8 +14,8 @@ PREFIX``, ``real-s2g-handoff`` by default): among the settings a user can run (n
 answer's place) measured at every length, on at least ``--min-docs`` documents per cell, it takes the one
 recomputing the least that keeps at least 90% of native exact match in every cell (format x length; of settings
 recomputing the same positions, the one whose lowest cell keeps the most), and records it, with every cell's share
-kept and the end-to-end speed-ups of ``PREFIX-speed``, as the adapter version's recommended setting. Where none
-qualifies it records nothing and says which came closest.
+kept and the end-to-end speed-ups of the newest ``PREFIX-speed*`` result that times it, as the adapter version's
+recommended setting. Where none qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
 prefill and no context. ``record`` refuses results from code with uncommitted changes (their commit would not
@@ -120,7 +120,7 @@ KEEP = 0.9  # share of native exact match a recommended setting keeps in every m
 
 
 def handoff_cells(paths: list[Path], min_docs: int) -> tuple[dict, dict]:
-    """``({setting: {(format, length): row}}, {adapter source: provenance})`` over the hand-off results in ``paths``,
+    """``({setting: {(format, length): row}}, {file name: provenance})`` over the hand-off results in ``paths``,
     cells of fewer than ``min_docs`` documents left out."""
     cells: dict = {}
     made = {}
@@ -158,20 +158,20 @@ def recommended_fields(name: str) -> dict:
 
 
 def recommend(args) -> None:
-    paths = sorted(args.results.glob(f"{args.experiments}*.json"))
-    speed_path = args.results / f"{args.experiments}-speed.json"
+    speed_paths = sorted(args.results.glob(f"{args.experiments}-speed*.json"))
+    paths = [p for p in sorted(args.results.glob(f"{args.experiments}*.json")) if p not in speed_paths]
     if not paths:
         raise SystemExit(f"no hand-off results {args.experiments}*.json in {args.results}: run the pair's hand-off "
                          "experiments (python -m benchmarks list), or pass --experiments PREFIX.")
-    if not speed_path.exists():
-        raise SystemExit(f"{speed_path.name} is missing: time the pair's settings (python -m benchmarks run "
-                         f"{args.experiments}-speed --stage handoff-speed), then recommend.")
-    cells, made = handoff_cells([p for p in paths if p != speed_path], args.min_docs)
+    if not speed_paths:
+        raise SystemExit(f"no {args.experiments}-speed*.json in {args.results}: time the pair's settings (python -m "
+                         f"benchmarks run {args.experiments}-speed --stage handoff-speed), then recommend.")
+    cells, made = handoff_cells(paths, args.min_docs)
     # the oracle needs the answer's place; a deferred setting is another's config timed another way
     cells = {name: rows for name, rows in cells.items()
              if not name.startswith("oracle") and not name.endswith("deferred")}
-    speed = json.loads(speed_path.read_text())["stages"]["handoff-speed"]
-    made[speed_path.name] = speed["provenance"]
+    timings = {p.name: json.loads(p.read_text())["stages"]["handoff-speed"] for p in speed_paths}
+    made |= {n: t["provenance"] for n, t in timings.items()}
     for name, block in made.items():
         if not block.get("recorded") or block["git"]["commit"] is None or block["git"]["dirty"]:
             raise SystemExit(f"{name}: measured by code with uncommitted changes (or unrecorded); run it again from "
@@ -193,10 +193,13 @@ def recommend(args) -> None:
     # the least recompute; among equals (one selection, the keys left mapped scaled or not) the most kept
     name = min(passing, key=lambda n: (max(r["recomputed_share"] for r in measured[n].values()), -lowest[n]))
     rows = measured[name]
+    # several speed runs may time a pair (a setting added later gets its own); the newest that times this one counts
+    timed = [t for t in timings.values() if name in next(iter(t["result"]["lengths"].values()))["settings"]]
+    if not timed:
+        raise SystemExit(f"{name} is not timed in {', '.join(sorted(timings))}: time it (python -m benchmarks run "
+                         f"{args.experiments}-speed --stage handoff-speed, with it in the grid), then recommend.")
+    speed = max(timed, key=lambda t: t["provenance"]["date"])
     lengths_timed = speed["result"]["lengths"]
-    if name not in next(iter(lengths_timed.values()))["settings"]:
-        raise SystemExit(f"{name} is not in {speed_path.name}: time it (python -m benchmarks run "
-                         f"{args.experiments}-speed --stage handoff-speed), then recommend.")
     results = {f"kept_{fmt}_{n}": r["kept"] for (fmt, n), r in sorted(rows.items())}
     results |= {f"recomputed_{fmt}_{n}": r["recomputed_share"] for (fmt, n), r in sorted(rows.items())}
     results |= {f"speedup_{n}": row["settings"][name]["speedup"] for n, row in lengths_timed.items()}
@@ -204,7 +207,8 @@ def recommend(args) -> None:
     newest = max(made.values(), key=lambda block: block["date"])
     repo_id, version = sources.pop().split("@")
     registry = open_registry(args.registry)
-    data = next(json.loads(p.read_text())["stages"]["handoff"]["result"]["data"] for p in paths if p != speed_path)
+    data = next(json.loads(p.read_text())["stages"]["handoff"]["result"]["data"] for p in paths
+                if p.name in made)
     registry.add_evaluation(repo_id=repo_id, version=version, evaluation={
         "task": "retrieval-handoff", "data": data, "date": newest["date"], "commit": newest["git"]["commit"],
         "command": "python benchmarks/evaluate_registry.py recommend (from " + ", ".join(sorted(made)) + ")",

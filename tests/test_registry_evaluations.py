@@ -169,7 +169,7 @@ def test_recommend_reads_the_named_pairs_experiments_and_never_recommends_the_or
     _handoff_file(results / "real-s2g-handoff.json", "handoff", _cells(512, {"tail@0.01": (0.99, 0.01)}))
     argv = ["recommend", "--registry", str(registry_copy), "--results", str(results),
             "--experiments", "real-g2s-handoff"]
-    with pytest.raises(SystemExit, match="real-g2s-handoff-speed.json is missing: .*run real-g2s-handoff-speed"):
+    with pytest.raises(SystemExit, match=r"no real-g2s-handoff-speed\*\.json .*run real-g2s-handoff-speed"):
         evaluate_registry.main(argv)
     timed = {"settings": {"transfer": {"speedup": 20.0}, "statement@0.05": {"speedup": 12.0}}}
     _handoff_file(results / "real-g2s-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
@@ -215,3 +215,31 @@ def test_a_recommended_key_scale_is_checked_like_the_other_fields(registry_copy)
     zero = {**EVALUATION, "recommended": {**EVALUATION["recommended"], "mapped_key_scale": 0.0}}
     with pytest.raises(RegistryError, match="mapped_key_scale"):
         registry.add_evaluation(repo_id=REPO, version=version_of(registry, REPO).version, evaluation=zero)
+
+
+def test_recommend_takes_the_speed_ups_from_the_newest_speed_run_that_timed_the_setting(registry_copy, tmp_path):
+    """A setting added after the first speed run is timed in a second one (``PREFIX-speed-k07``): its speed-ups come
+    from there, and a setting no speed run timed is refused, naming the files read."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _handoff_file(results / "real-g2s-handoff.json", "handoff", _cells(512, {
+        "statement@0.05": (0.6, 0.03), "statement@0.05 k0.7": (1.1, 0.03)}))
+    first = {"settings": {"transfer": {"speedup": 15.0}, "statement@0.05": {"speedup": 8.0}}}
+    _handoff_file(results / "real-g2s-handoff-speed.json", "handoff-speed", {"lengths": {"2047": first}})
+    argv = ["recommend", "--registry", str(registry_copy), "--results", str(results),
+            "--experiments", "real-g2s-handoff"]
+    with pytest.raises(SystemExit, match=r"statement@0.05 k0.7 is not timed in real-g2s-handoff-speed\.json"):
+        evaluate_registry.main(argv)
+    second = {"settings": {"transfer": {"speedup": 16.0}, "statement@0.05 k0.7": {"speedup": 8.4}}}
+    _handoff_file(results / "real-g2s-handoff-speed-k07.json", "handoff-speed", {"lengths": {"2047": second}})
+    evaluate_registry.main(argv)
+    evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
+    assert evaluation.recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0,
+                                      "mapped_key_scale": 0.7}
+    assert evaluation.results["speedup_2047"] == 8.4 and evaluation.results["speedup_transfer_2047"] == 16.0
+    assert "real-g2s-handoff-speed-k07.json" in evaluation.command
