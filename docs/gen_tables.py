@@ -58,13 +58,9 @@ DIRECTIONS = {
         "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0",
         "fidelity": {512: (("real-g2s-levers-long", "score", "512"), ("real-g2s", "train", "kv-ridge")),
                      2048: (("real-g2s-levers-long", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
-        "retrieval": [(("real-g2s-v130-handoff", "handoff"), "code"), (("real-g2s-v130-handoff-1024", "handoff"), "code"),
-                      (("real-g2s-v130-handoff", "handoff"), "prose"),
-                      (("real-g2s-v130-handoff-1024", "handoff"), "prose")],
-        # v1.3.0's facts are measured at 512 and 1024 tokens; v1.1.0's at 2048 are on the retrieval page
-        "facts_note": ("v1.1.0's at 2048 tokens", "retrieval.md"),
-        # the best measured setting (its factor screened on other documents), shown since none is recommended
-        "setting": "statement@0.05 k0.7",
+        "retrieval": [((f"real-g2s-v130-handoff{run}", "handoff"), fmt) for fmt in ("code", "prose")
+                      for run in ("", "-1024", "-2048")],
+        "setting": "statement@0.05 k0.7",  # shown when the registry recommends none
         "both_baselines": ("real-bench", "bench"),
         # the faster option: (experiment, bench row of the package, its score row), its products in bf16
         "more": {"title": "Low rank and bf16 together", "page": "low-rank.md#low-rank-and-bf16-together",
@@ -171,12 +167,9 @@ def _facts_row(spec: dict, prefix: str) -> str:
             native.append(rows["native"]["accuracy"])
         sources.append(file)
     per_format = "; ".join(f"{FORMAT_LABELS[fmt]} {', '.join(c)} tokens" for fmt, c in cells.items())
-    note = spec.get("facts_note")
-    elsewhere = "" if note is None else \
-        f". Not measured at longer documents yet; {note[0]}: [{note[1]}]({prefix}docs/results/{note[1]})"
     return (f"| {label} | share of native prefill's exact answers: {per_format} ({min(shares):.1%}-{max(shares):.1%} "
             f"of the context recomputed; 96 documents a cell). Native answers {min(native):.2f}-{max(native):.2f}; "
-            f"the pure transfer {max(pure):.2f} at most{elsewhere} | {_links(tuple(sources), prefix)} |")
+            f"the pure transfer {max(pure):.2f} at most | {_links(tuple(sources), prefix)} |")
 
 
 def _speed_row(spec: dict, prefix: str) -> str:
@@ -220,9 +213,11 @@ def _knee_sources(knee: dict) -> tuple:
 
 def _knee_cell(knee: dict) -> str:
     """One recompute setting with the adapter's products in ``map_dtype``, for facts and fidelity together: the
-    context benefit it keeps in both directions, its share of native retrieval over every measured cell, and its
-    end-to-end speed-up at the longest length timed."""
+    adapter version it was measured with (a newer one may head the table), the context benefit it keeps in both
+    directions, its share of native retrieval over every measured cell, and its end-to-end speed-up at the longest
+    length timed."""
     from heterofold_hub.commands.placement import map_dtype_row
+    from heterofold_hub.evaluation.provenance import registered_version
 
     setting, dtype = knee["setting"], knee["map_dtype"]
     runs = [_load(src) for src in knee["retrieval"]]
@@ -230,9 +225,12 @@ def _knee_cell(knee: dict) -> str:
     recovered = [_row(_load(src), map_dtype_row("heterofold", dtype))["recovered"] for src in knee["fidelity"]]
     n, row = max(_load(knee["speed"])["lengths"].items(), key=lambda item: int(item[0]))
     speed = row["settings"][map_dtype_row(setting, dtype)]["speedup"]
-    return (f"facts and fidelity together: `{setting}` with the map's products in {dtype} keeps "
-            f"{min(recovered):.3f}-{max(recovered):.3f} of the context benefit and {min(kept):.2f}-{max(kept):.2f} of "
-            f"native's facts ({len(kept)} cells), **{speed:.1f}x** end to end at {n} tokens")
+    used = stage(knee["speed"])["provenance"]["adapters"]["heterofold"]
+    name = registered_version(used["weights_sha256"], ROOT / "registry.json") or "an unregistered package"
+    return (f"facts and fidelity together, measured with `{name}`: `{setting}` with the map's products in {dtype} "
+            f"keeps {min(recovered):.3f}-{max(recovered):.3f} of the context benefit and "
+            f"{min(kept):.2f}-{max(kept):.2f} of native's facts ({len(kept)} cells), **{speed:.1f}x** end to end at "
+            f"{n} tokens")
 
 
 def _bf16_cell(experiment: str, bench_row: str, score_row: str) -> str:
