@@ -1,12 +1,16 @@
 """Where a transfer's time goes: the whole fast path beside its parts, timed alone on the same shapes, in one run.
 
     .venv/bin/python benchmarks/probes/transfer_parts.py [--direction g2s|s2g] [--tokens 2048] [--repeats 7]
+                                                         [--map-dtype bfloat16]
 
 Parts (medians over ``repeats`` rounds, each round running every part once, in turn):
 - ``matmuls``: one ``addmm`` per receiver layer, keys and values, of the adapter's shapes ([Tr, in] x [in, out]);
 - ``gathers``: the sources of each group of receiver layers that share them, gathered (keys un-rotated), as the
   fast path does with the C kernel;
-- ``output turns``: the receiver's RoPE applied to every layer's mapped keys.
+- ``output turns``: the receiver's RoPE applied to every layer's mapped keys;
+- with ``--map-dtype bfloat16`` (the products in bf16, the cache float32, as ``from_pretrained(map_dtype=)`` runs
+  them): the matmuls run on bf16 inputs and weights, and ``conversions`` times what that adds, each group's gathered
+  input rounded to bf16 (keys and values) and each layer's products widened back to float32.
 The remainder is what the transfer spends elsewhere (native-prefix rows, cache assembly, Python).
 """
 
@@ -29,9 +33,11 @@ def main() -> None:
     parser.add_argument("--direction", choices=("g2s", "s2g"), default="g2s")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--map-dtype", choices=("bfloat16",), default=None)
     args = parser.parse_args()
     ids = (GEMMA, SMOL) if args.direction == "g2s" else (SMOL, GEMMA)
-    model = HeteroFoldModel.from_pretrained(*ids, load_sender=True)
+    narrow = args.map_dtype and getattr(torch, args.map_dtype)
+    model = HeteroFoldModel.from_pretrained(*ids, load_sender=True, map_dtype=narrow)
     sender, receiver, adapter = model.sender, model.receiver, model.adapter
     text = text_of_length(read_texts("bundled:unseen"), receiver, args.tokens)
     with torch.no_grad():
@@ -43,6 +49,8 @@ def main() -> None:
     maps = [adapter.affine_maps(r) for r in range(len(c.layer_sources))]
     x = torch.randn(n, c.in_features)
     outs = torch.empty(n, c.out_features)
+    x_narrow = x.to(narrow) if narrow else x  # the products' operands, as the map kind runs them
+    outs_narrow = outs.to(narrow) if narrow else outs
     groups = sorted({tuple(s) for s in c.layer_sources})
     k = kernels.load()
     rows = plan.sender_rows.flatten()
@@ -53,8 +61,14 @@ def main() -> None:
 
     def matmuls():
         for (wk, bk), (wv, bv) in maps:
-            torch.addmm(bk, x, wk, out=outs)
-            torch.addmm(bv, x, wv, out=outs)
+            torch.addmm(bk, x_narrow, wk, out=outs_narrow)
+            torch.addmm(bv, x_narrow, wv, out=outs_narrow)
+
+    def conversions():
+        for _ in range(2 * len(groups)):
+            x_narrow.copy_(x)
+        for _ in range(2 * len(maps)):
+            outs.copy_(outs_narrow)
 
     def gathers():
         for sources in groups:
@@ -71,11 +85,15 @@ def main() -> None:
                 k.turn(y, rotate[r].at(slice(0, n)))
 
     transfer = lambda: model.pipeline.transfer(cache, plan=plan)  # noqa: E731
-    seconds = median_seconds({"transfer": transfer, "matmuls": matmuls, "gathers": gathers,
-                              "output turns": output_turns}, args.repeats)
-    parts = seconds["matmuls"] + seconds["gathers"] + seconds["output turns"]
+    calls = {"transfer": transfer, "matmuls": matmuls, "gathers": gathers, "output turns": output_turns}
+    if narrow:
+        calls["conversions"] = conversions
+    seconds = median_seconds(calls, args.repeats)
+    parts = sum(s for name, s in seconds.items() if name != "transfer")
+    products = f", products in {args.map_dtype}" if narrow else ""
     print(f"{args.direction} at {args.tokens} receiver tokens ({n} rows, {len(c.layer_sources)} receiver layers, "
-          f"{len(groups)} source groups, in {c.in_features} -> out {c.out_features}), {torch.get_num_threads()} threads:")
+          f"{len(groups)} source groups, in {c.in_features} -> out {c.out_features}{products}), "
+          f"{torch.get_num_threads()} threads:")
     for name, s in seconds.items():
         print(f"  {name:13s} {s * 1e3:7.1f} ms")
     print(f"  {'remainder':13s} {(seconds['transfer'] - parts) * 1e3:7.1f} ms")
