@@ -119,6 +119,12 @@ def _handoff_file(path, stage: str, result: dict, *, dirty: bool = False):
     path.write_text(json.dumps({"experiment": {}, "stages": {stage: {"provenance": block, "result": result}}}))
 
 
+def _speed_file(path, speedups: dict[str, float]):
+    """A handoff-speed results file timing ``speedups`` (setting -> end-to-end speed-up) at 2047 tokens."""
+    timed = {"settings": {name: {"speedup": x} for name, x in speedups.items()}}
+    _handoff_file(path, "handoff-speed", {"lengths": {"2047": timed}})
+
+
 def _cells(length: int, kept: dict[str, tuple[float, float]]) -> dict:
     """A hand-off result at one length: per setting (share kept, share recomputed), 96 documents."""
     rows = {name: {"kept": k, "recomputed_share": r} for name, (k, r) in kept.items()}
@@ -140,8 +146,7 @@ def test_recommend_records_the_least_recompute_that_keeps_90_percent_everywhere(
         "tail@0.01": (0.95, 0.01), "tail@0.05": (0.92, 0.05), "tail@0.2": (0.97, 0.2), "oracle": (1.0, 0.005)}))
     _handoff_file(results / "real-s2g-handoff-2048.json", "handoff", _cells(2048, {
         "tail@0.01": (0.6, 0.01), "tail@0.05": (0.91, 0.05), "tail@0.2": (0.99, 0.2)}))
-    timed = {"settings": {"transfer": {"speedup": 40.0}, "tail@0.05": {"speedup": 9.5}}}
-    _handoff_file(results / "real-s2g-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    _speed_file(results / "real-s2g-handoff-speed.json", {"transfer": 40.0, "tail@0.05": 9.5})
     evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
     entry = next(e for e in Registry.load(registry_copy).adapters if e.repo_id == REPO)
     version = next(v for v in entry.versions if v.version == "v1.1.0")
@@ -171,8 +176,7 @@ def test_recommend_reads_the_named_pairs_experiments_and_never_recommends_the_or
             "--experiments", "real-g2s-handoff"]
     with pytest.raises(SystemExit, match=r"no real-g2s-handoff-speed\*\.json .*run real-g2s-handoff-speed"):
         evaluate_registry.main(argv)
-    timed = {"settings": {"transfer": {"speedup": 20.0}, "statement@0.05": {"speedup": 12.0}}}
-    _handoff_file(results / "real-g2s-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    _speed_file(results / "real-g2s-handoff-speed.json", {"transfer": 20.0, "statement@0.05": 12.0})
     evaluate_registry.main(argv)
     evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
     assert evaluation.recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0}
@@ -193,8 +197,7 @@ def test_recommend_prefers_the_setting_that_keeps_more_for_the_same_recompute_an
     results.mkdir()
     _handoff_file(results / "real-s2g-handoff.json", "handoff", _cells(512, {
         "statement@0.05": (0.93, 0.03), "statement@0.05 k0.7": (1.2, 0.03), "statement@0.05 k0.5": (0.95, 0.03)}))
-    timed = {"settings": {"transfer": {"speedup": 40.0}, "statement@0.05 k0.7": {"speedup": 9.0}}}
-    _handoff_file(results / "real-s2g-handoff-speed.json", "handoff-speed", {"lengths": {"2047": timed}})
+    _speed_file(results / "real-s2g-handoff-speed.json", {"transfer": 40.0, "statement@0.05 k0.7": 9.0})
     evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
     version = next(v for e in Registry.load(registry_copy).adapters if e.repo_id == REPO
                    for v in e.versions if v.version == "v1.1.0")
@@ -229,14 +232,12 @@ def test_recommend_takes_the_speed_ups_from_the_newest_speed_run_that_timed_the_
     results.mkdir()
     _handoff_file(results / "real-g2s-handoff.json", "handoff", _cells(512, {
         "statement@0.05": (0.6, 0.03), "statement@0.05 k0.7": (1.1, 0.03)}))
-    first = {"settings": {"transfer": {"speedup": 15.0}, "statement@0.05": {"speedup": 8.0}}}
-    _handoff_file(results / "real-g2s-handoff-speed.json", "handoff-speed", {"lengths": {"2047": first}})
+    _speed_file(results / "real-g2s-handoff-speed.json", {"transfer": 15.0, "statement@0.05": 8.0})
     argv = ["recommend", "--registry", str(registry_copy), "--results", str(results),
             "--experiments", "real-g2s-handoff"]
     with pytest.raises(SystemExit, match=r"statement@0.05 k0.7 is not timed in real-g2s-handoff-speed\.json"):
         evaluate_registry.main(argv)
-    second = {"settings": {"transfer": {"speedup": 16.0}, "statement@0.05 k0.7": {"speedup": 8.4}}}
-    _handoff_file(results / "real-g2s-handoff-speed-k07.json", "handoff-speed", {"lengths": {"2047": second}})
+    _speed_file(results / "real-g2s-handoff-speed-k07.json", {"transfer": 16.0, "statement@0.05 k0.7": 8.4})
     evaluate_registry.main(argv)
     evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
     assert evaluation.recommended == {"recompute": 0.05, "select": "statement", "repair_layers": 0,
