@@ -98,6 +98,8 @@ DIRECTIONS = {  # direction -> (title, sender, receiver)
 S2G = "heterofold/smollm2-135m-to-gemma3-270m@"
 G2S = "heterofold/gemma3-270m-to-smollm2-135m@"
 V130, V110 = ("heterofold v1.3.0", S2G + "v1.3.0"), ("heterofold v1.1.0", G2S + "v1.1.0")  # (group, adapter)
+V140 = ("heterofold v1.4.0", S2G + "v1.4.0")
+V140_SPEED, V140_FACTS = "real-s2g-v140-handoff-speed", "real-s2g-v140-handoff"  # its call timed; facts at 2048
 V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
 V130_G2S = ("heterofold v1.3.0", G2S + "v1.3.0")
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
@@ -107,6 +109,11 @@ RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.
 # evaluations of those versions).
 POINTS = {
     "s2g": [
+        Point("v1.4.0", *V140, recovered=_score("real-s2g-levers-long", "heterofold"),
+              speed=_timed(V140_SPEED, "transfer"), kept=_facts(V140_FACTS, V140_FACTS, "transfer")),
+        *[Point(f"v1.4.0 {label}", *V140, name, speed=_timed(V140_SPEED, name),
+                kept=_facts(V140_FACTS, V140_FACTS, name))
+          for label, name in (("statement 5%", "statement@0.05"), ("statement 5% k0.7", "statement@0.05 k0.7"))],
         Point("v1.3.0", *V130, recovered=_score("real-s2g", "heterofold"), speed=_timed(KNEE, "transfer"),
               kept=_facts("real-s2g-handoff-2048-statement", "real-s2g-handoff-2048-statement-prose", "transfer")),
         Point("v1.3.0 bf16", *V130, map_dtype="bfloat16", recovered=_score("real-s2g-bf16-maps", "heterofold" + BF16),

@@ -33,13 +33,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 DIRECTIONS = {
     "s2g": {
         "title": "SmolLM2-135M -> Gemma 3 270M",
-        "adapter": "heterofold/smollm2-135m-to-gemma3-270m v1.3.0",
-        "fidelity": {512: (("real-s2g", "train", "heterofold"), ("real-s2g", "train", "kv-ridge")),
-                     2048: (("real-s2g", "score", "2048"), ("real-s2g", "score", "2048"))},
+        "adapter": "heterofold/smollm2-135m-to-gemma3-270m v1.4.0",
+        "fidelity": {512: (("real-s2g-levers-long", "score", "512"), ("real-s2g", "train", "kv-ridge")),
+                     2048: (("real-s2g-levers-long", "score", "2048"), ("real-s2g", "score", "2048"))},
         # (source, format): the hand-off runs of every cell the recommended setting was chosen on
-        "retrieval": [(("real-s2g-handoff-keyscale-long", "handoff"), "code"),
-                      (("real-s2g-handoff-keyscale-long", "handoff"), "prose")],
-        "setting": "statement@0.05",  # shown when the registry recommends none
+        "retrieval": [(("real-s2g-v140-handoff", "handoff"), "code"), (("real-s2g-v140-handoff", "handoff"), "prose")],
+        "setting": "statement@0.05 k0.7",  # shown when the registry recommends none
         "both_baselines": ("real-bench", "bench"),
         # the other settings: facts and fidelity together, one recompute setting with bf16 products (its retrieval
         # runs, fidelity both ways with hf-fold eval --json, and its timing beside the prefill)
