@@ -162,7 +162,8 @@ POINTS = {
     "g2s": [
         Point("v1.3.0", *V130_G2S, recovered=_score("real-g2s-levers-long", "heterofold"),
               speed=_timed(V130_SPEED, "transfer"), kept=_facts(V130_FACTS, V130_FACTS, "transfer")),
-        Point("v1.3.0 bf16", *V130_G2S, map_dtype="bfloat16", speed=_timed(V130_BF16, "transfer" + BF16)),
+        Point("v1.3.0 bf16", *V130_G2S, map_dtype="bfloat16", recovered=_score(V130_BF16, "heterofold" + BF16),
+              speed=_timed(V130_BF16, "transfer" + BF16)),
         Point("v1.3.0 statement 5%", *V130_G2S, "statement@0.05", speed=_timed(V130_SPEED, "statement@0.05"),
               kept=_facts(V130_FACTS, V130_FACTS, "statement@0.05")),
         Point("v1.3.0 statement 5% k0.7", *V130_G2S, "statement@0.05 k0.7",
