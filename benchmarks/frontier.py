@@ -90,6 +90,7 @@ V120_SPEED = "real-g2s-v120-handoff-speed"
 V130_SPEED = "real-g2s-v130-handoff-speed-k07"  # v1.3.0's recommended setting timed beside its pure transfer
 V130_BF16 = "real-g2s-v130-bf16"  # v1.3.0 with bf16 products, timed (and scored) beside float32 in the same run
 V130_FACTS = "real-g2s-v130-handoff-2048"  # code and prose facts at 2048 tokens
+V130_FACTS_BF16 = "real-g2s-v130-handoff-2048-bf16"  # the same documents, the products in bf16
 
 DIRECTIONS = {  # direction -> (title, sender, receiver)
     "s2g": ("SmolLM2-135M -> Gemma 3 270M", "gguf/smollm2-135m-instruct-q4_1", "gguf/gemma3-270m-q4_k_m"),
@@ -163,14 +164,15 @@ POINTS = {
         Point("v1.3.0", *V130_G2S, recovered=_score("real-g2s-levers-long", "heterofold"),
               speed=_timed(V130_SPEED, "transfer"), kept=_facts(V130_FACTS, V130_FACTS, "transfer")),
         Point("v1.3.0 bf16", *V130_G2S, map_dtype="bfloat16", recovered=_score(V130_BF16, "heterofold" + BF16),
-              speed=_timed(V130_BF16, "transfer" + BF16)),
+              speed=_timed(V130_BF16, "transfer" + BF16), kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "transfer")),
         Point("v1.3.0 statement 5%", *V130_G2S, "statement@0.05", speed=_timed(V130_SPEED, "statement@0.05"),
               kept=_facts(V130_FACTS, V130_FACTS, "statement@0.05")),
         Point("v1.3.0 statement 5% k0.7", *V130_G2S, "statement@0.05 k0.7",
               speed=_timed(V130_SPEED, "statement@0.05 k0.7"),
               kept=_facts(V130_FACTS, V130_FACTS, "statement@0.05 k0.7")),
         Point("v1.3.0 statement 5% k0.7 bf16", *V130_G2S, "statement@0.05 k0.7", "bfloat16",
-              speed=_timed(V130_BF16, "statement@0.05 k0.7" + BF16)),
+              speed=_timed(V130_BF16, "statement@0.05 k0.7" + BF16),
+              kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "statement@0.05 k0.7")),
         Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"),
               speed=_timed(V120_SPEED, "transfer")),
         Point("v1.2.0 statement 5%", *V120, "statement@0.05", speed=_timed(V120_SPEED, "statement@0.05")),
