@@ -206,6 +206,13 @@ def _more_row(spec: dict, prefix: str) -> str:
             f"{_link((experiment, 'bench'), prefix)} |")
 
 
+def _version_name(adapter_record: dict) -> str:
+    """``repo@version`` of the registered version a results file's adapter record names (by its weights' hash)."""
+    from heterofold_hub.evaluation.provenance import registered_version
+
+    return registered_version(adapter_record["weights_sha256"], ROOT / "registry.json") or "an unregistered package"
+
+
 def _knee_sources(knee: dict) -> tuple:
     return (knee["speed"], *knee["retrieval"], *knee["fidelity"])
 
@@ -216,7 +223,6 @@ def _knee_cell(knee: dict) -> str:
     directions, its share of native retrieval over every measured cell, and its end-to-end speed-up at the longest
     length timed."""
     from heterofold_hub.commands.placement import map_dtype_row
-    from heterofold_hub.evaluation.provenance import registered_version
 
     setting, dtype = knee["setting"], knee["map_dtype"]
     runs = [_load(src) for src in knee["retrieval"]]
@@ -224,8 +230,7 @@ def _knee_cell(knee: dict) -> str:
     recovered = [_row(_load(src), map_dtype_row("heterofold", dtype))["recovered"] for src in knee["fidelity"]]
     n, row = max(_load(knee["speed"])["lengths"].items(), key=lambda item: int(item[0]))
     speed = row["settings"][map_dtype_row(setting, dtype)]["speedup"]
-    used = stage(knee["speed"])["provenance"]["adapters"]["heterofold"]
-    name = registered_version(used["weights_sha256"], ROOT / "registry.json") or "an unregistered package"
+    name = _version_name(stage(knee["speed"])["provenance"]["adapters"]["heterofold"])
     return (f"facts and fidelity together, measured with `{name}`: `{setting}` with the map's products in {dtype} "
             f"keeps {min(recovered):.3f}-{max(recovered):.3f} of the context benefit and "
             f"{min(kept):.2f}-{max(kept):.2f} of native's facts ({len(kept)} cells), **{speed:.1f}x** end to end at "
@@ -236,14 +241,13 @@ def _bf16_cell(experiment: str, bench_row: str, score_row: str) -> str:
     """A package with its products in bf16 (``map_dtype``): what it keeps, and its end-to-end speed-up at the
     benched length nearest the adapters table's."""
     from heterofold_hub.commands.placement import map_dtype_row
-    from heterofold_hub.evaluation.provenance import registered_version
 
     narrow = lambda name: map_dtype_row(name, "bfloat16")  # noqa: E731
     score, bench = _load((experiment, "score")), _load((experiment, "bench"))["directions"][0]
     kept = [f"{_row(t, narrow(score_row))['recovered']:.3f} at {length} tokens" for length, t in score.items()]
     row = min(bench["rows"], key=lambda r: abs(r["context_tokens"] - SPEED_TOKENS))
-    used = stage((experiment, "bench"))["provenance"]["adapters"][f"{bench['sender']} -> {bench['receiver']}"][bench_row]
-    name = registered_version(used["weights_sha256"], ROOT / "registry.json") or "an unregistered package"
+    name = _version_name(
+        stage((experiment, "bench"))["provenance"]["adapters"][f"{bench['sender']} -> {bench['receiver']}"][bench_row])
     return (f"faster: `{name}` with its products in bf16 keeps {' and '.join(kept)}, **"
             f"{row['speedup']['end_to_end'][narrow(bench_row)]:.1f}x** end to end at {row['context_tokens']} tokens "
             f"(on a CPU that multiplies bf16 natively)")
