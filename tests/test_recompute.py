@@ -458,3 +458,13 @@ def test_a_selector_is_a_dataclass_of_its_knobs_and_its_name_means_the_defaults(
     assert knobbed.recompute["select"] == {"name": "chunk-start", "chunk": 8}
     assert default.cache_key() != knobbed.cache_key()
     assert any(not torch.equal(a.keys, b.keys) for a, b in zip(default.cache.layers, knobbed.cache.layers))
+
+
+def test_a_recompute_leaves_the_receivers_own_attention_as_it_was(bpe, unigram):
+    """The recompute's forward attends to grouped KV heads in place (its forward ends by an exception after the
+    last layer's K/V); the receiver's own attention is back for whatever runs next."""
+    pipe = pipeline("llama", bpe, unigram)
+    config = pipe.receiver.model.config
+    assert config._attn_implementation == "sdpa"
+    pipe.transfer(prefill_sender(pipe.sender, CONTEXTS), CONTEXTS, config=TransferConfig(recompute=0.25, select="tail"))
+    assert config._attn_implementation == "sdpa"

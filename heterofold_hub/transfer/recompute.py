@@ -31,6 +31,7 @@ from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.transfer import padding
 from heterofold_hub.transfer.kvcache import LayerKV, build_cache
 from heterofold_hub.transfer.config import TransferConfig
+from heterofold_hub.transfer.grouped_attention import grouped_attention
 from heterofold_hub.transfer.selection import Choice, SelectionInputs, Selector, choose, get_selector
 from heterofold_hub.transfer.sender import query_attention
 
@@ -126,8 +127,10 @@ def recompute(model, layers: list[LayerKV], ids: torch.Tensor, attention_mask: t
     pad = getattr(model.config, "pad_token_id", None) or 0
     inputs = ids.to(device).gather(1, chosen).masked_fill(~valid, pad)
     try:
-        model(input_ids=inputs, position_ids=positions.gather(1, chosen),
-              attention_mask=masks if len(masks) > 1 else next(iter(masks.values())), cache=working, use_cache=True)
+        with grouped_attention(model):  # a masked forward would otherwise copy each layer's K/V per query head
+            model(input_ids=inputs, position_ids=positions.gather(1, chosen),
+                  attention_mask=masks if len(masks) > 1 else next(iter(masks.values())), cache=working,
+                  use_cache=True)
     except _Stop:
         pass
     n, out = chosen.shape[1], []
