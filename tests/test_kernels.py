@@ -45,6 +45,40 @@ def test_turn_in_place_matches_the_torch_ops(kernel, dim, rotary):
     assert torch.allclose(x, expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("dim,rotary", [(24, 24), (32, 16), (10, 0)])
+def test_gather_turn_into_bf16_rounds_each_result_as_torch_does(kernel, dim, rotary):
+    """The gather a map with bf16 products reads: the float32 gather and turn, rounded to bf16 as written, bit for
+    bit what converting the float32 rows with torch gives (ties to even, infinities included); a NaN stays NaN."""
+    n, heads = 41, 2
+    source = torch.randn(300, dim) * 10
+    source[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1 + 2 ** -8])  # 1 + 2^-8: a tie
+    rows = torch.cat([torch.zeros(heads, dtype=torch.long), torch.randint(0, 300, ((n - 1) * heads,))])
+    turn = tables(n, dim, rotary) if rotary else None
+    wide, narrow = torch.empty(n, heads, dim), torch.empty(n, 3 * heads, dim, dtype=torch.bfloat16)
+    kernel.gather_turn(source, rows, wide, turn)
+    kernel.gather_turn(source, rows, narrow[:, heads:2 * heads], turn)  # a strided block of a wider input
+    got, want = narrow[:, heads:2 * heads], wide.bfloat16()
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+    assert torch.equal(got.nan_to_num().view(torch.int16), want.nan_to_num().view(torch.int16))
+
+
+@pytest.mark.parametrize("dim,rotary", [(24, 24), (32, 16)])
+def test_widen_turn_is_widening_then_the_in_place_turn(kernel, dim, rotary):
+    """bf16 products into a float32 cache: widened and turned in one pass, the same numbers as widening and then
+    turning, and as the torch ops; without a turn, only widened."""
+    x = torch.randn(23, 3, dim).bfloat16()
+    turn = tables(23, dim, rotary, seed=2)
+    cache = torch.full((23, 5, 3, dim), float("nan"))  # rows of a wider cache: any row stride
+    kernel.widen_turn(x, cache[:, 1], turn)
+    expected = x.float()
+    kernel.turn(expected, turn)
+    assert torch.equal(cache[:, 1], expected)
+    assert torch.allclose(cache[:, 1], turn.apply(x.float()), atol=1e-6, rtol=0)
+    assert cache[:, [0, 2, 3, 4]].isnan().all()  # nothing written outside those rows
+    kernel.widen_turn(x, cache[:, 2])
+    assert torch.equal(cache[:, 2], x.float())
+
+
 def test_layouts_the_kernel_was_not_written_for_are_refused(kernel):
     source, rows, out = torch.randn(50, 8), torch.zeros(6, dtype=torch.long), torch.empty(3, 2, 8)
     bad = {
@@ -59,6 +93,10 @@ def test_layouts_the_kernel_was_not_written_for_are_refused(kernel):
         kernel.gather_turn(source.double(), rows, out.double())  # float64
     with pytest.raises(ValueError, match="RoPE table"):
         kernel.turn(out, tables(4, 8, 8))  # tables for 4 rows, 3 given
+    with pytest.raises(ValueError, match="bf16 rows"):
+        kernel.widen_turn(out, out)  # float32 given where bf16 products are read
+    with pytest.raises(ValueError, match="output"):
+        kernel.widen_turn(out.bfloat16(), out.bfloat16())  # a bf16 cache: only float32 is written
 
 
 def test_built_once_per_machine_atomically_and_optional(tmp_path, monkeypatch):

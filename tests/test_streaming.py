@@ -272,6 +272,8 @@ def test_a_bfloat16_map_beside_a_float32_cache_multiplies_in_bfloat16_and_does_t
     stream = LayerStream(half, plan, dtype=torch.float32)
     assert (stream.compute_dtype, stream.map.matmul_dtype) == (torch.float32, torch.bfloat16)
     assert (stream.kernels is not None) == (kernels.load() is not None)
+    # with the kernels, the gather rounds straight to bf16 and the widening turns the keys: no conversion passes
+    assert stream.map.narrow_gathers(stream.kernels) == (stream.kernels is not None)
     fast = map_cache(half, plan, layers, dtype=torch.float32)
     full = map_cache(pipe.adapter, plan, layers, dtype=torch.float32)
     reference = reference_layers(type(pipe)(half, pipe.sender, pipe.receiver), cache, plan)

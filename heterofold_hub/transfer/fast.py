@@ -106,13 +106,13 @@ class LayerStream:
         return self.plan.cache_tokens if layout == NEEDED else layout
 
     def _temporaries_per_row(self) -> int:
-        """Bytes per receiver row of the most temporaries alive at once: the map's input, plus, without the
-        kernels, a gathered source and a swapped copy while turning, plus what the map kind's writes add."""
+        """Bytes per receiver row of the most temporaries alive at once: what the map kind keeps (its input
+        included), plus, without the kernels, a gathered source and a swapped copy while turning."""
         c, width = self.adapter.config, self.sender_spec["kv_heads"] * self.sender_spec["head_dim"]
-        per_row = c.in_features
+        bits = self.map.row_bits(c, self.kernels)
         if self.kernels is None:
-            per_row += width + max(width, c.out_features)
-        return (per_row * torch.finfo(self.compute_dtype).bits + self.map.row_bits(c)) // 8
+            bits += (width + max(width, c.out_features)) * torch.finfo(self.compute_dtype).bits
+        return bits // 8
 
     def _rows_within_budget(self, bytes_per_row: int) -> int:
         """Rows per chunk whose temporaries fit in ``TEMPORARY_BUDGET`` receiver layers (K + V)."""

@@ -11,7 +11,8 @@ receiver layers from their gathered sender sources, chunk by chunk, and the work
   turned and rounded once into the cache.
 
 Each kind also says which dtype the stream gathers and turns in (:attr:`LayerMap.compute_dtype`) and how many bits of
-temporaries per row its writes add (:meth:`LayerMap.row_bits`), which sizes the stream's chunks.
+temporaries per row it keeps alive, its gathered input included (:meth:`LayerMap.row_bits`), which sizes the stream's
+chunks.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ class Workspace:
         else:
             turn.apply(x)
 
+    def widen(self, x: torch.Tensor, out: torch.Tensor, turn: Turn | None) -> None:
+        """bf16 rows ``x`` ``[n, Hr, Dr]`` widened into float32 rows ``out``, turned when ``turn`` is given: one
+        pass of the C kernels (only a stream that has them gathers in bf16)."""
+        self.kernels.widen_turn(x, out, turn)
+
 
 Targets = dict[int, tuple[torch.Tensor, torch.Tensor]]  # receiver layer -> its keys and values rows [B * T, Hr, Dr]
 
@@ -119,8 +125,9 @@ class LayerMap(ABC):
     compute_dtype: torch.dtype  # the dtype of the stream's gathers, turns and scratch
 
     @abstractmethod
-    def row_bits(self, config: AdapterConfig) -> int:
-        """Bits of temporaries per receiver row that this kind's writes keep alive beyond the gathered input."""
+    def row_bits(self, config: AdapterConfig, kernels: object | None) -> int:
+        """Bits of temporaries per receiver row that this kind keeps alive at once, its gathered input included,
+        in a stream with ``kernels`` (the C kernels, or None)."""
 
     @abstractmethod
     def write(self, work: LayerWork, targets: Targets, workspace: Workspace) -> None:
@@ -145,7 +152,10 @@ class AffineMap(LayerMap):
     float32 cache keeps the gathers, turns and scratch in float32: bf16 products are faster there (AVX512-BF16,
     AMX), the one-pass kernels need float32, and a turn rounded to bf16 would add error. Then the input is
     converted once per chunk, and each product lands in a narrow scratch that is copied into the cache before the
-    turn. A cache of another dtype than the compute dtype is written through a scratch, rounded once after the turn."""
+    turn. With the C kernels and bf16 products (:meth:`narrow_gathers`) neither conversion is a pass of its own: the
+    gather rounds its float32 results to bf16 as it writes them, and the widening into the cache turns the keys on
+    the way, with the same roundings as converting after. A cache of another dtype than the compute dtype is written
+    through a scratch, rounded once after the turn."""
 
     def __init__(self, adapter: PairAdapter, device: torch.device, dtype: torch.dtype):
         self.adapter = adapter
@@ -165,10 +175,19 @@ class AffineMap(LayerMap):
         weight, bias = weights
         return torch.addmm(bias, x, weight, out=out)
 
-    def row_bits(self, config: AdapterConfig) -> int:
-        bits = 0 if self.direct else config.out_features * torch.finfo(self.compute_dtype).bits
+    def narrow_gathers(self, kernels: object | None) -> bool:
+        """Whether the stream gathers straight into the products' dtype: bf16 products beside float32 gathers, with
+        the C kernels (whose rounding to bf16 is torch's)."""
+        return self.converted and self.matmul_dtype == torch.bfloat16 and kernels is not None
+
+    def row_bits(self, config: AdapterConfig, kernels: object | None) -> int:
+        wide, narrow = torch.finfo(self.compute_dtype).bits, torch.finfo(self.matmul_dtype).bits
+        bits = 0 if self.direct else config.out_features * wide
+        if self.narrow_gathers(kernels):
+            return bits + (config.in_features + config.out_features) * narrow
+        bits += config.in_features * wide
         if self.converted:
-            bits += (config.in_features + config.out_features) * torch.finfo(self.matmul_dtype).bits
+            bits += (config.in_features + config.out_features) * narrow
         return bits
 
     def write(self, work: LayerWork, targets: Targets, workspace: Workspace) -> None:
@@ -179,6 +198,8 @@ class AffineMap(LayerMap):
     def _write(self, work: LayerWork, kind: int, targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]],
                workspace: Workspace) -> None:
         """Keys (``kind`` 0) or values (1): ``targets`` ``{r: (map, layer rows [B * T, Hr, Dr])}``."""
+        if self.narrow_gathers(workspace.kernels):
+            return self._write_narrow(work, kind, targets, workspace)
         inputs = workspace.buffer("inputs", len(work.flat) * workspace.sender_width)
         shape = next(iter(targets.values()))[1].shape[1:]  # [Hr, Dr]
         mapped = None if self.direct else workspace.buffer("mapped", *shape)
@@ -202,6 +223,21 @@ class AffineMap(LayerMap):
                 if not self.direct:  # rounded once, after the map and the turn
                     layer[chunk.out] = out
 
+    def _write_narrow(self, work: LayerWork, kind: int, targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]],
+                      workspace: Workspace) -> None:
+        """:meth:`_write` with the input gathered straight into bf16 and each bf16 product widened into the
+        cache's rows (a float32 cache: the map writes it directly), keys turned as they are widened."""
+        inputs = workspace.buffer("narrow inputs", len(work.flat) * workspace.sender_width, dtype=self.matmul_dtype)
+        shape = next(iter(targets.values()))[1].shape[1:]  # [Hr, Dr]
+        products = workspace.buffer("narrow mapped", *shape, dtype=self.matmul_dtype)
+        for chunk in work.chunks:
+            n = chunk.size
+            x = workspace.gather(work, kind, chunk, inputs)
+            for r, (weights, layer) in targets.items():
+                product = products[:n]
+                self.product(x, weights, product.view(n, -1), workspace)
+                workspace.widen(product, layer[chunk.out], chunk.rotate[r] if kind == 0 else None)
+
 
 class FactoredMap(AffineMap):
     """An affine map of low rank, ``y = (x @ a) @ b + bias`` (``adapter.factored_maps``: ``a`` ``[in, r]``, ``b``
@@ -221,8 +257,8 @@ class FactoredMap(AffineMap):
         low = workspace.buffer("low rank", self.rank, dtype=self.matmul_dtype)[:x.shape[0]]
         return torch.addmm(bias, torch.mm(x, a, out=low), b, out=out)
 
-    def row_bits(self, config: AdapterConfig) -> int:
-        return super().row_bits(config) + self.rank * torch.finfo(self.matmul_dtype).bits
+    def row_bits(self, config: AdapterConfig, kernels: object | None) -> int:
+        return super().row_bits(config, kernels) + self.rank * torch.finfo(self.matmul_dtype).bits
 
 
 class AnyMap(LayerMap):
@@ -234,8 +270,8 @@ class AnyMap(LayerMap):
         self.adapter = adapter
         self.compute_dtype = adapter.compute_dtype
 
-    def row_bits(self, config: AdapterConfig) -> int:
-        return (config.in_features + 2 * config.out_features) * torch.finfo(self.compute_dtype).bits
+    def row_bits(self, config: AdapterConfig, kernels: object | None) -> int:
+        return 2 * (config.in_features + config.out_features) * torch.finfo(self.compute_dtype).bits
 
     def write(self, work: LayerWork, targets: Targets, workspace: Workspace) -> None:
         inputs = [workspace.buffer(name, len(work.flat) * workspace.sender_width) for name in ("inputs", "inputs_v")]

@@ -1,7 +1,9 @@
 """A small C kernel for the CPU fast path: gather sender rows and turn them by RoPE in one pass.
 
 On CPU the torch ops for a gather, a roll and two multiply-adds each make a full pass over tiny heads, and
-together they cost as much as the map's matmul. ``gather_turn.c`` does the same in one pass. It is
+together they cost as much as the map's matmul. ``gather_turn.c`` does the same in one pass. For a map whose
+products run in bf16 beside a float32 cache, the same pass also rounds the gathered rows to bf16, and one more
+widens the bf16 products into the cache and turns the keys: the conversions cost no pass of their own. It is
 compiled once per machine with the system C compiler (well under a second, no torch headers) into
 ``$HF_FOLD_HOME/kernels`` and called through ``ctypes``. Without a compiler or with ``HF_FOLD_KERNELS=0``,
 :func:`load` returns None; then, and for anything but float32 CPU tensors, the torch ops run instead.
@@ -39,20 +41,37 @@ class Kernels:
         self._turn = library.hf_turn
         self._turn.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, i64]
         self._turn.restype = None
+        self._gather_turn_bf16 = library.hf_gather_turn_bf16
+        self._gather_turn_bf16.argtypes = self._gather_turn.argtypes
+        self._gather_turn_bf16.restype = None
+        self._widen_turn = library.hf_widen_turn
+        self._widen_turn.argtypes = [ptr, i64, i64, i64, ptr, i64, ptr, ptr, i64]
+        self._widen_turn.restype = None
 
     def gather_turn(self, source: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, turn=None) -> None:
         """``out[r, h] = turn(source[rows[r * H + h]])``. ``source`` ``[R, D]`` contiguous; ``rows`` ``[n * H]``
         int64, each in ``[0, R)`` (the caller guarantees it: the kernel does not check); ``out`` ``[n, H, D]``
-        with contiguous heads, any row stride; ``turn`` a :class:`~heterofold_hub.transfer.plan.Turn` at these rows
-        (tables ``[n, 1, D]``), or None to copy."""
+        float32, or bf16 (each result rounded as torch rounds), with contiguous heads, any row stride; ``turn`` a
+        :class:`~heterofold_hub.transfer.plan.Turn` at these rows (tables ``[n, 1, D]``), or None to copy."""
         n, heads, dim = out.shape
         _require(source.dtype == torch.float32 and source.device.type == "cpu" and source.is_contiguous()
                  and source.dim() == 2 and source.shape[1] == dim, "source rows", source)
         _require(rows.is_contiguous() and rows.dtype == torch.int64 and rows.numel() == n * heads, "rows", rows)
+        narrow = out.dtype == torch.bfloat16
+        _require(_heads_contiguous(out, out.dtype if narrow else torch.float32), "output", out)
+        cos, sin, rotary = self._tables(turn, n, dim) if turn is not None else (None, None, 0)
+        kernel = self._gather_turn_bf16 if narrow else self._gather_turn
+        kernel(source.data_ptr(), rows.data_ptr(), n, heads, dim, out.data_ptr(), out.stride(0), cos, sin, rotary)
+
+    def widen_turn(self, x: torch.Tensor, out: torch.Tensor, turn=None) -> None:
+        """``out = turn(x.float())``: bf16 rows ``x`` ``[n, H, D]`` (contiguous) widened into float32 ``out``
+        ``[n, H, D]`` (contiguous heads, any row stride), turned by ``turn`` (at these rows) or only widened."""
+        n, heads, dim = out.shape
+        _require(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.is_contiguous()
+                 and tuple(x.shape) == (n, heads, dim), "bf16 rows", x)
         _require(_heads_contiguous(out), "output", out)
         cos, sin, rotary = self._tables(turn, n, dim) if turn is not None else (None, None, 0)
-        self._gather_turn(source.data_ptr(), rows.data_ptr(), n, heads, dim, out.data_ptr(), out.stride(0),
-                          cos, sin, rotary)
+        self._widen_turn(x.data_ptr(), n, heads, dim, out.data_ptr(), out.stride(0), cos, sin, rotary)
 
     def turn(self, x: torch.Tensor, turn) -> None:
         """``x = turn(x)`` in place; ``x`` ``[n, H, D]`` with contiguous heads, any row stride."""
@@ -68,8 +87,8 @@ class Kernels:
         return turn.cos.data_ptr(), turn.sin.data_ptr(), turn.rotary_dim
 
 
-def _heads_contiguous(x: torch.Tensor) -> bool:
-    return x.dtype == torch.float32 and x.device.type == "cpu" and x.stride(-1) == 1 and x.stride(-2) == x.shape[-1]
+def _heads_contiguous(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> bool:
+    return x.dtype == dtype and x.device.type == "cpu" and x.stride(-1) == 1 and x.stride(-2) == x.shape[-1]
 
 
 def _require(ok: bool, what: str, tensor: torch.Tensor) -> None:
