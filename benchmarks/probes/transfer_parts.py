@@ -9,8 +9,9 @@ Parts (medians over ``repeats`` rounds, each round running every part once, in t
   fast path does with the C kernel;
 - ``output turns``: the receiver's RoPE applied to every layer's mapped keys;
 - with ``--map-dtype bfloat16`` (the products in bf16, the cache float32, as ``from_pretrained(map_dtype=)`` runs
-  them): the matmuls run on bf16 inputs and weights, and ``conversions`` times what that adds, each group's gathered
-  input rounded to bf16 (keys and values) and each layer's products widened back to float32.
+  them): the matmuls run on bf16 inputs and weights, the gathers round their results to bf16 as they write them, and
+  ``widen and turns`` (instead of ``output turns``) widens every layer's bf16 products into float32 rows, turning the
+  keys on the way, as the fast path does with the C kernels.
 The remainder is what the transfer spends elsewhere (native-prefix rows, cache assembly, Python).
 """
 
@@ -51,24 +52,19 @@ def main() -> None:
     outs = torch.empty(n, c.out_features)
     x_narrow = x.to(narrow) if narrow else x  # the products' operands, as the map kind runs them
     outs_narrow = outs.to(narrow) if narrow else outs
+    receiver_heads = (c.receiver_spec["kv_heads"], c.receiver_spec["head_dim"])
     groups = sorted({tuple(s) for s in c.layer_sources})
     k = kernels.load()
     rows = plan.sender_rows.flatten()
     unrotate = plan.turns("unrotate", torch.float32)
     rotate = plan.turns("rotate", torch.float32)
     width = c.sender_spec["kv_heads"] * c.sender_spec["head_dim"]
-    block = torch.empty(n, c.sender_spec["kv_heads"], c.sender_spec["head_dim"])
+    block = torch.empty(n, c.sender_spec["kv_heads"], c.sender_spec["head_dim"], dtype=narrow or torch.float32)
 
     def matmuls():
         for (wk, bk), (wv, bv) in maps:
             torch.addmm(bk, x_narrow, wk, out=outs_narrow)
             torch.addmm(bv, x_narrow, wv, out=outs_narrow)
-
-    def conversions():
-        for _ in range(2 * len(groups)):
-            x_narrow.copy_(x)
-        for _ in range(2 * len(maps)):
-            outs.copy_(outs_narrow)
 
     def gathers():
         for sources in groups:
@@ -79,15 +75,20 @@ def main() -> None:
                 k.gather_turn(values, rows, block, None)
 
     def output_turns():
-        y = outs.view(n, c.receiver_spec["kv_heads"], c.receiver_spec["head_dim"])
+        y = outs.view(n, *receiver_heads)
         for r in range(len(c.layer_sources)):
             if rotate[r] is not None:
                 k.turn(y, rotate[r].at(slice(0, n)))
 
+    def widen_and_turns():
+        y, products = outs.view(n, *receiver_heads), outs_narrow.view(n, *receiver_heads)
+        for r in range(len(c.layer_sources)):
+            k.widen_turn(products, y, rotate[r].at(slice(0, n)) if rotate[r] is not None else None)  # keys
+            k.widen_turn(products, y)  # values
+
     transfer = lambda: model.pipeline.transfer(cache, plan=plan)  # noqa: E731
-    calls = {"transfer": transfer, "matmuls": matmuls, "gathers": gathers, "output turns": output_turns}
-    if narrow:
-        calls["conversions"] = conversions
+    calls = {"transfer": transfer, "matmuls": matmuls, "gathers": gathers}
+    calls.update({"widen and turns": widen_and_turns} if narrow else {"output turns": output_turns})
     seconds = median_seconds(calls, args.repeats)
     parts = sum(s for name, s in seconds.items() if name != "transfer")
     products = f", products in {args.map_dtype}" if narrow else ""
@@ -95,8 +96,8 @@ def main() -> None:
           f"{len(groups)} source groups, in {c.in_features} -> out {c.out_features}{products}), "
           f"{torch.get_num_threads()} threads:")
     for name, s in seconds.items():
-        print(f"  {name:13s} {s * 1e3:7.1f} ms")
-    print(f"  {'remainder':13s} {(seconds['transfer'] - parts) * 1e3:7.1f} ms")
+        print(f"  {name:15s} {s * 1e3:7.1f} ms")
+    print(f"  {'remainder':15s} {(seconds['transfer'] - parts) * 1e3:7.1f} ms")
 
 
 if __name__ == "__main__":
