@@ -24,28 +24,35 @@ static inline float from_bf16(uint16_t h) {
     return f;
 }
 
-/* out[r, h, :] = turn(src[rows[r * heads + h], :]) for r < n, h < heads.
- * src: [R, dim] rows; out: rows of stride out_stride floats, heads dim apart; cos/sin: [n, dim] or NULL (copy). */
-void hf_gather_turn(const float *src, const int64_t *rows, int64_t n, int64_t heads, int64_t dim,
-                    float *out, int64_t out_stride, const float *cos, const float *sin, int64_t rotary) {
-    const int64_t half = rotary / 2;
-    for (int64_t r = 0; r < n; ++r) {
-        for (int64_t h = 0; h < heads; ++h) {
-            const float *restrict x = src + rows[r * heads + h] * dim;
-            float *restrict y = out + r * out_stride + h * dim;
-            if (cos == 0) {
-                for (int64_t d = 0; d < dim; ++d) y[d] = x[d];
-                continue;
-            }
-            const float *restrict c = cos + r * dim, *restrict s = sin + r * dim;
-            for (int64_t d = 0; d < half; ++d) {
-                y[d] = x[d] * c[d] + x[d + half] * s[d];
-                y[d + half] = x[d + half] * c[d + half] + x[d] * s[d + half];
-            }
-            for (int64_t d = rotary; d < dim; ++d) y[d] = x[d];
-        }
+static inline float as_float32(float f) { return f; }
+
+/* out[r, h, :] = turn(src[rows[r * heads + h], :]) for r < n, h < heads, each result stored by STORE into OUT_T.
+ * src: [R, dim] rows; out: rows of stride out_stride elements, heads dim apart; cos/sin: [n, dim] or NULL (copy).
+ * One body, two compiled functions below: float32 output, and bf16 (uint16 bits, each result rounded). */
+#define GATHER_TURN(NAME, OUT_T, STORE)                                                                       \
+    void NAME(const float *src, const int64_t *rows, int64_t n, int64_t heads, int64_t dim, OUT_T *out,       \
+              int64_t out_stride, const float *cos, const float *sin, int64_t rotary) {                       \
+        const int64_t half = rotary / 2;                                                                       \
+        for (int64_t r = 0; r < n; ++r) {                                                                      \
+            for (int64_t h = 0; h < heads; ++h) {                                                              \
+                const float *restrict x = src + rows[r * heads + h] * dim;                                     \
+                OUT_T *restrict y = out + r * out_stride + h * dim;                                            \
+                if (cos == 0) {                                                                                \
+                    for (int64_t d = 0; d < dim; ++d) y[d] = STORE(x[d]);                                      \
+                    continue;                                                                                  \
+                }                                                                                              \
+                const float *restrict c = cos + r * dim, *restrict s = sin + r * dim;                          \
+                for (int64_t d = 0; d < half; ++d) {                                                           \
+                    y[d] = STORE(x[d] * c[d] + x[d + half] * s[d]);                                            \
+                    y[d + half] = STORE(x[d + half] * c[d + half] + x[d] * s[d + half]);                       \
+                }                                                                                              \
+                for (int64_t d = rotary; d < dim; ++d) y[d] = STORE(x[d]);                                     \
+            }                                                                                                  \
+        }                                                                                                      \
     }
-}
+
+GATHER_TURN(hf_gather_turn, float, as_float32)
+GATHER_TURN(hf_gather_turn_bf16, uint16_t, to_bf16)
 
 /* x[r, h, :] = turn(x[r, h, :]) in place, for rows of stride row_stride floats, heads dim apart. */
 void hf_turn(float *x, int64_t n, int64_t heads, int64_t dim, int64_t row_stride, const float *cos,
@@ -60,28 +67,6 @@ void hf_turn(float *x, int64_t n, int64_t heads, int64_t dim, int64_t row_stride
                 y[d] = a * c[d] + b * s[d];
                 y[d + half] = b * c[d + half] + a * s[d + half];
             }
-        }
-    }
-}
-
-/* hf_gather_turn, each result rounded to bf16 as it is written: out holds uint16 bf16 bits, out_stride in elements. */
-void hf_gather_turn_bf16(const float *src, const int64_t *rows, int64_t n, int64_t heads, int64_t dim,
-                         uint16_t *out, int64_t out_stride, const float *cos, const float *sin, int64_t rotary) {
-    const int64_t half = rotary / 2;
-    for (int64_t r = 0; r < n; ++r) {
-        for (int64_t h = 0; h < heads; ++h) {
-            const float *restrict x = src + rows[r * heads + h] * dim;
-            uint16_t *restrict y = out + r * out_stride + h * dim;
-            if (cos == 0) {
-                for (int64_t d = 0; d < dim; ++d) y[d] = to_bf16(x[d]);
-                continue;
-            }
-            const float *restrict c = cos + r * dim, *restrict s = sin + r * dim;
-            for (int64_t d = 0; d < half; ++d) {
-                y[d] = to_bf16(x[d] * c[d] + x[d + half] * s[d]);
-                y[d + half] = to_bf16(x[d + half] * c[d + half] + x[d] * s[d + half]);
-            }
-            for (int64_t d = rotary; d < dim; ++d) y[d] = to_bf16(x[d]);
         }
     }
 }
