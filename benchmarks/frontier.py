@@ -87,8 +87,11 @@ G2S_TAIL = "handoff/fidelity-g2s-2048-tail"
 # v1.1.0 timed again beside v1.2.0 (same machine, same hour), so the two versions' speed-ups compare
 G2S_SPEED = "real-g2s-v110-handoff-speed-again"
 V120_SPEED = "real-g2s-v120-handoff-speed"
-V130_SPEED = "real-g2s-v130-handoff-speed-k07"  # v1.3.0's recommended setting timed beside its pure transfer
-V130_BF16 = "real-g2s-v130-bf16"  # v1.3.0 with bf16 products, timed (and scored) beside float32 in the same run
+V130_SPEED = "real-g2s-v130-handoff-speed-k07"  # v1.3.0's statement@0.05 (unscaled) timed beside its pure transfer
+V130_BF16 = "real-g2s-v130-bf16"  # v1.3.0 with bf16 products, scored beside float32 in the same run
+# v1.3.0's pure and recommended calls timed with float32 and bf16 products in one run, after the bf16 gathers and
+# widening moved into the C kernels and the recompute began reading grouped KV heads in place
+V130_KERNELS = "real-g2s-v130-handoff-speed-bf16"
 V130_FACTS = "real-g2s-v130-handoff-2048"  # code and prose facts at 2048 tokens
 V130_FACTS_BF16 = "real-g2s-v130-handoff-2048-bf16"  # the same documents, the products in bf16
 
@@ -101,6 +104,7 @@ G2S = "heterofold/gemma3-270m-to-smollm2-135m@"
 V130, V110 = ("heterofold v1.3.0", S2G + "v1.3.0"), ("heterofold v1.1.0", G2S + "v1.1.0")  # (group, adapter)
 V140 = ("heterofold v1.4.0", S2G + "v1.4.0")
 V140_SPEED, V140_FACTS = "real-s2g-v140-handoff-speed", "real-s2g-v140-handoff"  # its call timed; facts at 2048
+V140_KERNELS = "real-s2g-v140-handoff-speed-bf16"  # as V130_KERNELS, for v1.4.0
 V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
 V130_G2S = ("heterofold v1.3.0", G2S + "v1.3.0")
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
@@ -111,10 +115,16 @@ RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.
 POINTS = {
     "s2g": [
         Point("v1.4.0", *V140, recovered=_score("real-s2g-levers-long", "heterofold"),
-              speed=_timed(V140_SPEED, "transfer"), kept=_facts(V140_FACTS, V140_FACTS, "transfer")),
-        *[Point(f"v1.4.0 {label}", *V140, name, speed=_timed(V140_SPEED, name),
-                kept=_facts(V140_FACTS, V140_FACTS, name))
-          for label, name in (("statement 5%", "statement@0.05"), ("statement 5% k0.7", "statement@0.05 k0.7"))],
+              speed=_timed(V140_KERNELS, "transfer"), kept=_facts(V140_FACTS, V140_FACTS, "transfer")),
+        Point("v1.4.0 bf16", *V140, map_dtype="bfloat16", recovered=_score("real-s2g-v140-bf16", "heterofold" + BF16),
+              speed=_timed(V140_KERNELS, "transfer" + BF16)),
+        Point("v1.4.0 statement 5%", *V140, "statement@0.05", speed=_timed(V140_SPEED, "statement@0.05"),
+              kept=_facts(V140_FACTS, V140_FACTS, "statement@0.05")),
+        Point("v1.4.0 statement 5% k0.7", *V140, "statement@0.05 k0.7",
+              speed=_timed(V140_KERNELS, "statement@0.05 k0.7"),
+              kept=_facts(V140_FACTS, V140_FACTS, "statement@0.05 k0.7")),
+        Point("v1.4.0 statement 5% k0.7 bf16", *V140, "statement@0.05 k0.7", "bfloat16",
+              speed=_timed(V140_KERNELS, "statement@0.05 k0.7" + BF16)),
         Point("v1.3.0", *V130, recovered=_score("real-s2g", "heterofold"), speed=_timed(KNEE, "transfer"),
               kept=_facts("real-s2g-handoff-2048-statement", "real-s2g-handoff-2048-statement-prose", "transfer")),
         Point("v1.3.0 bf16", *V130, map_dtype="bfloat16", recovered=_score("real-s2g-bf16-maps", "heterofold" + BF16),
@@ -162,16 +172,17 @@ POINTS = {
     ],
     "g2s": [
         Point("v1.3.0", *V130_G2S, recovered=_score("real-g2s-levers-long", "heterofold"),
-              speed=_timed(V130_SPEED, "transfer"), kept=_facts(V130_FACTS, V130_FACTS, "transfer")),
+              speed=_timed(V130_KERNELS, "transfer"), kept=_facts(V130_FACTS, V130_FACTS, "transfer")),
         Point("v1.3.0 bf16", *V130_G2S, map_dtype="bfloat16", recovered=_score(V130_BF16, "heterofold" + BF16),
-              speed=_timed(V130_BF16, "transfer" + BF16), kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "transfer")),
+              speed=_timed(V130_KERNELS, "transfer" + BF16),
+              kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "transfer")),
         Point("v1.3.0 statement 5%", *V130_G2S, "statement@0.05", speed=_timed(V130_SPEED, "statement@0.05"),
               kept=_facts(V130_FACTS, V130_FACTS, "statement@0.05")),
         Point("v1.3.0 statement 5% k0.7", *V130_G2S, "statement@0.05 k0.7",
-              speed=_timed(V130_SPEED, "statement@0.05 k0.7"),
+              speed=_timed(V130_KERNELS, "statement@0.05 k0.7"),
               kept=_facts(V130_FACTS, V130_FACTS, "statement@0.05 k0.7")),
         Point("v1.3.0 statement 5% k0.7 bf16", *V130_G2S, "statement@0.05 k0.7", "bfloat16",
-              speed=_timed(V130_BF16, "statement@0.05 k0.7" + BF16),
+              speed=_timed(V130_KERNELS, "statement@0.05 k0.7" + BF16),
               kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "statement@0.05 k0.7")),
         Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"),
               speed=_timed(V120_SPEED, "transfer")),

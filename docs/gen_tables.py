@@ -185,6 +185,7 @@ def _speed_row(spec: dict, prefix: str) -> str:
     source = (file.removesuffix(".json"), "handoff-speed")
     result = _load(source)
     cells = [f"{n} tokens: **{speeds['transfer']:.1f}x** pure transfer, **{speeds[setting]:.1f}x** with `{setting}`"
+             f"{_bf16_twins(result['lengths'][str(n)]['settings'], setting)}"
              for n, speeds in sorted(by_length.items())]
     bench = next(d for d in _load(spec["both_baselines"])["directions"] if d["sender"] == entry["sender"]["id"])
     longest = max(bench["rows"], key=lambda r: r["context_tokens"])
@@ -193,6 +194,17 @@ def _speed_row(spec: dict, prefix: str) -> str:
             f"{'; '.join(cells)}. Over llama.cpp's prefill of the same GGUF (pure transfer): "
             f"{longest['speedup']['vs_llamacpp']['heterofold']:.1f}x at {longest['context_tokens']} tokens | "
             f"{_links((source, spec['both_baselines']), prefix)} |")
+
+
+def _bf16_twins(settings: dict, setting: str) -> str:
+    """`` (bf16 products: Nx, Mx)``: the pure transfer's and ``setting``'s speed-ups with the map's products in bf16,
+    where the same run timed them beside float32 (``settings``: one length's rows of a hand-off timing); else ''."""
+    from heterofold_hub.commands.placement import map_dtype_row
+
+    twins = [settings.get(map_dtype_row(name, "bfloat16")) for name in ("transfer", setting)]
+    if not all(twins):
+        return ""
+    return f" (bf16 products: {twins[0]['speedup']:.1f}x, {twins[1]['speedup']:.1f}x)"
 
 
 def _more_row(spec: dict, prefix: str) -> str:
