@@ -121,12 +121,14 @@ KEEP = 0.9  # share of native exact match a recommended setting keeps in every m
 
 def handoff_cells(paths: list[Path], min_docs: int) -> tuple[dict, dict]:
     """``({setting: {(format, length): row}}, {file name: provenance})`` over the hand-off results in ``paths``,
-    cells of fewer than ``min_docs`` documents left out."""
+    cells of fewer than ``min_docs`` documents left out. A run with the map's products in another dtype
+    (``map_dtype``) is left out too: the registry recommends for the adapter as it loads, and such a run measures
+    a twin of it, whose cells would otherwise replace the adapter's own by file order."""
     cells: dict = {}
     made = {}
     for path in paths:
         entry = json.loads(path.read_text())["stages"].get("handoff")
-        if entry is None:
+        if entry is None or entry["result"].get("map_dtype"):
             continue
         made[path.name] = entry["provenance"]
         result = entry["result"]

@@ -244,3 +244,26 @@ def test_recommend_takes_the_speed_ups_from_the_newest_speed_run_that_timed_the_
                                       "mapped_key_scale": 0.7}
     assert evaluation.results["speedup_2047"] == 8.4 and evaluation.results["speedup_transfer_2047"] == 16.0
     assert "real-g2s-handoff-speed-k07.json" in evaluation.command
+
+
+def test_recommend_reads_the_adapters_own_dtype_not_a_bf16_twins_run(registry_copy, tmp_path):
+    """A hand-off run with the products in bf16 (``map_dtype``) of cells the float32 runs measured, whose file
+    sorts after theirs: the recommendation keeps the float32 cells, and its record names only the files it read."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _handoff_file(results / "real-g2s-handoff.json", "handoff", _cells(512, {"statement@0.05 k0.7": (1.2, 0.03)}))
+    _handoff_file(results / "real-g2s-handoff-1024.json", "handoff",
+                  _cells(1024, {"statement@0.05 k0.7": (1.25, 0.02)}))
+    _handoff_file(results / "real-g2s-handoff-bf16.json", "handoff",
+                  {**_cells(1024, {"statement@0.05 k0.7": (0.5, 0.02)}), "map_dtype": "bfloat16"})
+    _speed_file(results / "real-g2s-handoff-speed.json", {"transfer": 15.0, "statement@0.05 k0.7": 8.4})
+    evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results),
+                            "--experiments", "real-g2s-handoff"])
+    evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
+    assert evaluation.results["kept_code_1024"] == 1.25 and evaluation.results["kept_code_512"] == 1.2
+    assert "real-g2s-handoff-bf16.json" not in evaluation.command
