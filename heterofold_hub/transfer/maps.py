@@ -223,8 +223,8 @@ class AffineMap(LayerMap):
                 if not self.direct:  # rounded once, after the map and the turn
                     layer[chunk.out] = out
 
-    def _write_narrow(self, work: LayerWork, kind: int, targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]],
-                      workspace: Workspace) -> None:
+    def _write_narrow(self, work: LayerWork, kind: int,
+                      targets: dict[int, tuple[tuple[torch.Tensor, ...], torch.Tensor]], workspace: Workspace) -> None:
         """:meth:`_write` with the input gathered straight into bf16 and each bf16 product widened into the
         cache's rows (a float32 cache: the map writes it directly), keys turned as they are widened."""
         inputs = workspace.buffer("narrow inputs", len(work.flat) * workspace.sender_width, dtype=self.matmul_dtype)
