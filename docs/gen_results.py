@@ -34,7 +34,8 @@ PAGES = {  # generated block -> the results page that shows it
     "calibration-levers-s2g-all-fidelity": "levers.md", "calibration-levers-g2s-long": "levers.md",
     "calibration-levers-g2s-long-fidelity": "levers.md", "calibration-levers-s2g-long": "levers.md",
     "calibration-levers-s2g-long-fidelity": "levers.md", "calibration-levers-g2s-long-stdlib": "levers.md",
-    "calibration-levers-g2s-long-stdlib-fidelity": "levers.md",
+    "calibration-levers-g2s-long-stdlib-fidelity": "levers.md", "calibration-levers-g2s-long2": "levers.md",
+    "calibration-levers-g2s-long2-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -213,6 +214,7 @@ LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in
     "train:real-g2s-long/long": "v1.2.0 calibrated on: 300 steps over all 251 windows of 2048 tokens",
     V12_G2S: "v1.2.0: 600 steps over all 1154 windows of 512 tokens",
     "train:real-s2g-long/long": "the 1201-window package calibrated on: 300 steps over all 264 windows of 2048 tokens",
+    "train:real-g2s-long2/long2": "the standard-library package calibrated on: 300 steps over all 251 windows of 2048 tokens",
     "train:real-g2s-long-stdlib/stdlib": "v1.3.0 calibrated on: 200 steps over 200 2048-token windows of the standard library",
     V13_G2S: "v1.3.0",
 }
@@ -304,7 +306,11 @@ def blocks() -> dict[str, str]:
             "calibration-levers-g2s-long-stdlib": levers_markdown("real-g2s-levers-long-stdlib",
                                                                   "real-g2s-levers-long-stdlib-prose", baseline=V13_G2S),
             "calibration-levers-g2s-long-stdlib-fidelity": levers_fidelity_markdown((
-                "real-g2s-levers-long-stdlib", "real-g2s-levers-long-stdlib-prose"))}
+                "real-g2s-levers-long-stdlib", "real-g2s-levers-long-stdlib-prose")),
+            "calibration-levers-g2s-long2": levers_markdown("real-g2s-levers-long2", "real-g2s-levers-long2-prose",
+                                                            baseline=V13_G2S),
+            "calibration-levers-g2s-long2-fidelity": levers_fidelity_markdown((
+                "real-g2s-levers-long2", "real-g2s-levers-long2-prose"))}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
