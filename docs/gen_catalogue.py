@@ -157,15 +157,29 @@ def _speed_rows(weights: str):
                                 for r in direction["rows"]}
 
 
+def newest_timing(entry: dict, *, handoff_only: bool = False):
+    """The newest committed timing of the newest version's weights, as :func:`_speed_rows` yields it: a hand-off
+    timing of the recommended setting first (a run timing other settings, such as a recompute sweep, does not hide
+    it), then any hand-off timing, then a bench row (``handoff_only``: no bench row); None when there is none."""
+    weights = entry["versions"][-1]["files"].get("adapter.safetensors")
+    setting = recommended(entry)
+    rows = [r for r in _speed_rows(weights) if r[2] == "handoff" or not handoff_only]
+
+    def rank(row):
+        times_setting = setting is not None and all(setting[0] in speeds for speeds in row[3].values())
+        return row[2] == "handoff" and times_setting, row[2] == "handoff", row[0]
+
+    return max(rows, key=rank, default=None)
+
+
 def speed_cell(entry: dict, link=lambda name: name) -> str:
     """The newest version's end-to-end speed-up over the receiver's own prefill, at the measured length nearest
-    :data:`SPEED_TOKENS`: pure transfer, and with the recommended setting when that was timed. From the newest
-    committed timing of exactly these weights (a hand-off timing before a bench); ``link(file)`` names the source."""
-    weights = entry["versions"][-1]["files"].get("adapter.safetensors")
-    found = sorted(_speed_rows(weights), key=lambda r: (r[2] == "handoff", r[0]))
-    if not found:
+    :data:`SPEED_TOKENS`: pure transfer, and with the recommended setting when that was timed. From
+    :func:`newest_timing`; ``link(file)`` names the source."""
+    found = newest_timing(entry)
+    if found is None:
         return "not measured"
-    _, name, _, by_length = found[-1]
+    _, name, _, by_length = found
     tokens = min(by_length, key=lambda n: abs(n - SPEED_TOKENS))
     speeds = by_length[tokens]
     cell = f"{speeds['transfer']:.1f}x pure"

@@ -172,16 +172,14 @@ def _facts_row(spec: dict, prefix: str) -> str:
 
 
 def _speed_row(spec: dict, prefix: str) -> str:
-    """The newest committed hand-off timing of this version's weights (plan + map + recompute, against the
+    """The newest committed hand-off timing of this version's recommended setting (plan + map + recompute, against the
     receiver's own prefill), and llama.cpp's prefill of the same GGUF at the longest length benched."""
-    from gen_catalogue import _speed_rows, recommended
+    from gen_catalogue import newest_timing, recommended
 
     entry = _entry(spec)
     found = recommended(entry)
     setting = found[0] if found else spec["setting"]
-    weights = entry["versions"][-1]["files"]["adapter.safetensors"]
-    timings = sorted((r for r in _speed_rows(weights) if r[2] == "handoff"), key=lambda r: r[0])
-    _, file, _, by_length = timings[-1]
+    _, file, _, by_length = newest_timing(entry, handoff_only=True)
     source = (file.removesuffix(".json"), "handoff-speed")
     result = _load(source)
     cells = [f"{n} tokens: **{speeds['transfer']:.1f}x** pure transfer, **{speeds[setting]:.1f}x** with `{setting}`"

@@ -76,3 +76,16 @@ def test_the_site_shows_the_readme_results_and_api(site):
     for name in ("HeteroFoldModel", "from_pretrained", "TransferPipeline", "prefill_sender", "Registry", "PairAdapter"):
         assert name in api, f"the API reference lacks {name}"
     assert (site / "cli-conventions" / "index.html").is_file()
+
+
+def test_the_speed_shown_is_the_newest_timing_of_the_recommended_setting():
+    """SmolLM2 -> Gemma 3 v1.4.0's newest hand-off timing is a recompute sweep (statement-tail) that does not time the
+    recommended setting: the catalogue and the README show the newest run that does, not the sweep's pure transfer."""
+    entry = next(e for e in REGISTRY if e["repo_id"] == "heterofold/smollm2-135m-to-gemma3-270m")
+    setting = gen_catalogue.recommended(entry)[0]
+    weights = entry["versions"][-1]["files"]["adapter.safetensors"]
+    newest = max(gen_catalogue._speed_rows(weights), key=lambda row: row[0])
+    assert setting not in next(iter(newest[3].values())), "the newest timing should be one without the setting"
+    _, _, kind, by_length = gen_catalogue.newest_timing(entry)
+    assert kind == "handoff" and all(setting in speeds for speeds in by_length.values())
+    assert f"`{setting}`" in gen_catalogue.speed_cell(entry)
