@@ -105,6 +105,7 @@ V130, V110 = ("heterofold v1.3.0", S2G + "v1.3.0"), ("heterofold v1.1.0", G2S + 
 V140 = ("heterofold v1.4.0", S2G + "v1.4.0")
 V140_SPEED, V140_FACTS = "real-s2g-v140-handoff-speed", "real-s2g-v140-handoff"  # its call timed; facts at 2048
 V140_KERNELS = "real-s2g-v140-handoff-speed-bf16"  # as V130_KERNELS, for v1.4.0
+V140_TAIL = "real-s2g-v140-handoff-speed-tail"  # v1.4.0 with a 4-6% recent tail, float32 and bf16 products
 V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
 V130_G2S = ("heterofold v1.3.0", G2S + "v1.3.0")
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
@@ -125,6 +126,9 @@ POINTS = {
               kept=_facts(V140_FACTS, V140_FACTS, "statement@0.05 k0.7")),
         Point("v1.4.0 statement 5% k0.7 bf16", *V140, "statement@0.05 k0.7", "bfloat16",
               speed=_timed(V140_KERNELS, "statement@0.05 k0.7" + BF16)),
+        *[Point(f"v1.4.0 tail {share}% bf16", *V140, f"statement-tail@0.0{share}", "bfloat16",
+                recovered=_file(f"{TAIL}{share}-v140-bf16.json", "heterofold" + BF16),
+                speed=_timed(V140_TAIL, f"statement-tail@0.0{share}" + BF16)) for share in (4, 5)],
         Point("v1.3.0", *V130, recovered=_score("real-s2g", "heterofold"), speed=_timed(KNEE, "transfer"),
               kept=_facts("real-s2g-handoff-2048-statement", "real-s2g-handoff-2048-statement-prose", "transfer")),
         Point("v1.3.0 bf16", *V130, map_dtype="bfloat16", recovered=_score("real-s2g-bf16-maps", "heterofold" + BF16),
