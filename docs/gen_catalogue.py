@@ -157,16 +157,18 @@ def _speed_rows(weights: str):
                                 for r in direction["rows"]}
 
 
-def newest_timing(entry: dict, *, handoff_only: bool = False):
+def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool = False):
     """The newest committed timing of the newest version's weights, as :func:`_speed_rows` yields it: a hand-off
-    timing of the recommended setting first (a run timing other settings, such as a recompute sweep, does not hide
-    it), then any hand-off timing, then a bench row (``handoff_only``: no bench row); None when there is none."""
+    timing of ``setting`` (default: the recommended one) first, so a run timing other settings, such as a recompute
+    sweep, does not hide it; then any hand-off timing; then a bench row (``handoff_only``: no bench row). None when
+    there is none."""
     weights = entry["versions"][-1]["files"].get("adapter.safetensors")
-    setting = recommended(entry)
+    if setting is None:
+        setting = (recommended(entry) or (None,))[0]
     rows = [r for r in _speed_rows(weights) if r[2] == "handoff" or not handoff_only]
 
     def rank(row):
-        times_setting = setting is not None and all(setting[0] in speeds for speeds in row[3].values())
+        times_setting = setting is not None and all(setting in speeds for speeds in row[3].values())
         return row[2] == "handoff" and times_setting, row[2] == "handoff", row[0]
 
     return max(rows, key=rank, default=None)

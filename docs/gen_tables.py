@@ -179,7 +179,7 @@ def _speed_row(spec: dict, prefix: str) -> str:
     entry = _entry(spec)
     found = recommended(entry)
     setting = found[0] if found else spec["setting"]
-    _, file, _, by_length = newest_timing(entry, handoff_only=True)
+    _, file, _, by_length = newest_timing(entry, setting, handoff_only=True)
     source = (file.removesuffix(".json"), "handoff-speed")
     result = _load(source)
     cells = [f"{n} tokens: **{speeds['transfer']:.1f}x** pure transfer, **{speeds[setting]:.1f}x** with `{setting}`"

@@ -232,9 +232,8 @@ class AffineMap(LayerMap):
         products = workspace.buffer("narrow mapped", *shape, dtype=self.matmul_dtype)
         for chunk in work.chunks:
             n = chunk.size
-            x = workspace.gather(work, kind, chunk, inputs)
+            x, product = workspace.gather(work, kind, chunk, inputs), products[:n]
             for r, (weights, layer) in targets.items():
-                product = products[:n]
                 self.product(x, weights, product.view(n, -1), workspace)
                 workspace.widen(product, layer[chunk.out], chunk.rotate[r] if kind == 0 else None)
 

@@ -58,7 +58,7 @@ class Kernels:
                  and source.dim() == 2 and source.shape[1] == dim, "source rows", source)
         _require(rows.is_contiguous() and rows.dtype == torch.int64 and rows.numel() == n * heads, "rows", rows)
         narrow = out.dtype == torch.bfloat16
-        _require(_heads_contiguous(out, out.dtype if narrow else torch.float32), "output", out)
+        _require(_heads_contiguous(out, torch.bfloat16 if narrow else torch.float32), "output", out)
         cos, sin, rotary = self._tables(turn, n, dim) if turn is not None else (None, None, 0)
         kernel = self._gather_turn_bf16 if narrow else self._gather_turn
         kernel(source.data_ptr(), rows.data_ptr(), n, heads, dim, out.data_ptr(), out.stride(0), cos, sin, rotary)
