@@ -109,11 +109,11 @@ def time_handoff(model: HeteroFoldModel, settings: list[Setting], *, lengths: li
     for n in lengths:
         p = make_handoff_prompts(fillers, model.receiver, n, 1, fmt="code")[0]
         prefill = model.prefill_sender([p.context], surprisal=True)
-        plan = model.pipeline.plan([p.context])
+        plan = model.pipeline.plan([p.context], prefill=prefill)
         layers = prefill.layers
         dtype = model.receiver.model.dtype
         calls = {"native_prefill_s": lambda: native_prefill(model.receiver, [p.context]),
-                 "plan_s": lambda: model.pipeline.plan([p.context]),
+                 "plan_s": lambda: model.pipeline.plan([p.context], prefill=prefill),  # as the user's call plans
                  "map_s": lambda: map_cache(model.adapter, plan, layers, dtype=dtype),
                  "map_every_position_s": lambda: map_every_position(model.adapter, plan, layers, dtype=dtype)}
         for (s, products), name in named.items():  # what the user's calls pay: plan + map + selection + recompute

@@ -127,10 +127,11 @@ class HeteroFoldModel:
                                   f"{what}; call transfer(sender_cache, text), which prefills natively.")
         return self.pipeline
 
-    def plan(self, text: str | list[str]) -> TransferPlan:
+    def plan(self, text: str | list[str], *, prefill: SenderPrefill | None = None) -> TransferPlan:
         """Tokenize and align ``text`` once, for any number of :meth:`transfer` calls (``plan=``) or a
-        layer-by-layer :meth:`stream`."""
-        return self._adapted("plan").plan(text)
+        layer-by-layer :meth:`stream`. ``prefill``: the sender's prefill of ``text``, whose tokens the plan reads
+        instead of tokenizing the sender side again (a transfer given a prefill and the text does this itself)."""
+        return self._adapted("plan").plan(text, prefill=prefill)
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """Map sender layers as they arrive: ``stream.push(i, keys, values)`` returns finished receiver layers."""

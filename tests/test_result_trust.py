@@ -8,6 +8,7 @@ tokenizers, a real registry); the silent ones compare answers and cache contents
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -69,6 +70,23 @@ def test_a_plan_of_another_text_is_refused_like_the_text_itself(model, prefill):
         model.transfer(prefill, plan=model.plan(other))
     planned = model.transfer(prefill, plan=model.plan(TEXT))
     assert planned.cache_key() == model.transfer(prefill, TEXT).cache_key()
+
+
+@pytest.mark.parametrize("config", [TransferConfig(), TransferConfig(recompute=0.2, select="tail")],
+                         ids=["pure", "recomputed"])
+def test_a_transfer_planned_from_the_prefills_tokens_is_the_transfer_planned_from_the_text(model, prefill, config):
+    from_text = model.transfer(prefill, plan=model.plan(TEXT), config=config)  # tokenizes both sides afresh
+    from_prefill = model.transfer(prefill, TEXT, config=config)  # reads the sender tokens the prefill carries
+    assert same_cache(from_prefill, snapshot(from_text)) and from_prefill.cache_key() == from_text.cache_key()
+
+
+def test_a_transfer_reads_the_prefills_tokens_and_refuses_offsets_outside_the_text(model, prefill):
+    damaged = dataclasses.replace(prefill, offsets=[prefill.offsets[0] + len(TEXT)])
+    with pytest.raises(HeteroFoldError, match=rf"sender tokens of text 0 .* do not lie within its {len(TEXT)} "
+                                              "characters. Pass the prefill of these texts"):
+        model.transfer(damaged, TEXT)
+    with pytest.raises(HeteroFoldError, match="do not lie within"):
+        model.pipeline.plan(TEXT, prefill=damaged)
 
 
 def test_a_text_that_differs_in_one_character_is_shown_where_it_differs(model, prefill):

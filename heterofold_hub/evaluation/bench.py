@@ -112,7 +112,8 @@ def bench_row(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], te
     pipelines = {name: TransferPipeline(adapter, sender, receiver) for name, adapter in adapters.items()}
     native = max(adapter.config.min_native for adapter in adapters.values())
     warm = PlanCache(sender, receiver)  # filled by the untimed warm-up call, as by a user's first hand-off
-    plan_with = lambda cache: build_plan(sender, receiver, text, min_native=native, cache=cache)  # noqa: E731
+    plan_with = lambda cache: build_plan(sender, receiver, text, min_native=native, cache=cache,  # noqa: E731
+                                         sender_tokens=sender_cache.tokens())  # as a transfer given the prefill plans
     plan = plan_with(warm)  # one plan serves every method
     transfers = {name: (lambda p=pipeline: p.transfer(sender_cache, plan=plan)) for name, pipeline in pipelines.items()}
     extra = recomputed_hand_off(sender, pipelines[RECOMPUTED], sender_cache, plan, recompute, query) if recompute else {}

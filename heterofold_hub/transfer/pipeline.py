@@ -143,14 +143,18 @@ class TransferPipeline:
                               recompute=recompute, identity=made, config=config)
 
     def plan(self, texts: str | list[str], *, sender_position_ids: torch.Tensor | None = None,
-             mapped_start: int | None = None) -> TransferPlan:
+             mapped_start: int | None = None, prefill: SenderPrefill | None = None) -> TransferPlan:
         """Tokenize and align ``texts`` once; pass the plan to :meth:`transfer` to map any sender cache of them.
 
         ``sender_position_ids`` ``[B, Ts]``: the positions the sender used, if not its cache columns;
-        ``mapped_start``: the receiver position of the first mapped token (see :func:`build_plan`)."""
+        ``mapped_start``: the receiver position of the first mapped token (see :func:`build_plan`); ``prefill``:
+        the sender's :class:`SenderPrefill` of ``texts``, whose tokens the plan reads instead of tokenizing again."""
+        if prefill is not None:
+            _check_rows(prefill, as_texts(texts))
+            check_sender(prefill, self.sender)
         return build_plan(self.sender, self.receiver, texts, min_native=self.adapter.config.min_native,
                           sender_position_ids=sender_position_ids, cache=self.plan_cache,
-                          mapped_start=mapped_start)
+                          mapped_start=mapped_start, sender_tokens=None if prefill is None else prefill.tokens())
 
     def stream(self, plan: TransferPlan) -> LayerStream:
         """A :class:`LayerStream` that maps sender layers into this receiver's cache as they arrive."""
@@ -184,7 +188,7 @@ class TransferPipeline:
         if prefill is not None:
             _check_rows(prefill, texts if texts is not None else plan.texts)
             check_sender(prefill, self.sender)
-        plan = plan or self.plan(texts, sender_position_ids=sender_position_ids)
+        plan = plan or self.plan(texts, sender_position_ids=sender_position_ids, prefill=prefill)
         layers = cache_layers(prefill.cache if prefill is not None else sender_cache)
         check_cache(layers, self.sender.spec, who="sender", model_id=self.sender.name)
         keys = layers[self.sender.spec.full_layers[0]][0]  # sliding-window layers may hold fewer positions

@@ -141,6 +141,7 @@ def build_plan(
     sender_position_ids: torch.Tensor | None = None,
     cache: "PlanCache | None" = None,
     mapped_start: int | None = None,
+    sender_tokens: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> TransferPlan:
     """Tokenize ``texts`` for both models, align them and precompute what every transfer of them needs.
 
@@ -148,13 +149,16 @@ def build_plan(
     pair's :class:`PlanCache` (a pipeline's ``plan_cache``) to reuse; None computes everything afresh.
     ``mapped_start``: the receiver position of the first mapped token (a segment that follows others in a composed
     cache, whose native prefix rows are then dropped); None: right after the native prefix.
+    ``sender_tokens``: per text, the sender's token ids ``[T]`` and character offsets ``[T, 2]`` its cache was
+    computed from (:meth:`SenderPrefill.tokens`), so the sender side is not tokenized again; None tokenizes.
     Needs the receiver model loaded (for its native prefix); the sender model is not used.
     """
     if receiver.model is None:
         raise HeteroFoldError("The receiver model must be loaded to plan a transfer into its cache.")
     cache = cache or PlanCache(sender, receiver)
     texts = as_texts(texts)
-    sender_enc = [encode(sender.tokenizer, t) for t in texts]
+    sender_enc = [encode(sender.tokenizer, t) for t in texts] if sender_tokens is None else \
+        _checked_tokens(sender_tokens, texts, sender.name)
     receiver_enc = [encode(receiver.tokenizer, t) for t in texts]
     for side, encoded in ((receiver, receiver_enc), (sender, sender_enc)):
         longest, limit = max(len(ids) for ids, _ in encoded), side.spec.max_positions
@@ -189,6 +193,22 @@ def build_plan(
         padding_rows=(~alignment.attention_mask.bool()).flatten().nonzero().squeeze(1).to(device),
         texts=texts,
     )
+
+
+def _checked_tokens(tokens: list[tuple[torch.Tensor, torch.Tensor]], texts: list[str], name: str):
+    """``tokens`` (per text, ids ``[T]`` and offsets ``[T, 2]``) when they can be tokens of ``texts``: one pair per
+    text, an offset pair per id, spans inside the text. Alignment trusts offsets, so bad ones are refused here."""
+    if len(tokens) != len(texts):
+        raise HeteroFoldError(f"sender_tokens holds {len(tokens)} rows for {len(texts)} texts; pass one (ids, offsets) "
+                              "pair per text, as SenderPrefill.tokens() returns them.")
+    for row, ((ids, offsets), text) in enumerate(zip(tokens, texts)):
+        if len(ids) == 0 or offsets.shape != (len(ids), 2) or bool((offsets[:, 0] > offsets[:, 1]).any()) or \
+                int(offsets.min()) < 0 or int(offsets.max()) > len(text):
+            raise HeteroFoldError(f"The sender tokens of text {row} are not {name!r}'s tokens of it: their offsets "
+                                  f"(shape {tuple(offsets.shape)} for {len(ids)} ids) do not lie within its "
+                                  f"{len(text)} characters. Pass the prefill of these texts, or plan without "
+                                  "sender_tokens to tokenize them afresh.")
+    return tokens
 
 
 def _turns(side: Side, positions: torch.Tensor, *, inverse: bool) -> list[Turn | None]:

@@ -78,6 +78,11 @@ class SenderPrefill:
     def row_ids(self, row: int) -> list[int]:
         return self.input_ids[row, : int(self.attention_mask[row].sum())].tolist()
 
+    def tokens(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per row, the sender token ids ``[T_b]`` and character offsets ``[T_b, 2]`` this cache was computed from
+        (what a transfer plans from instead of tokenizing the text again)."""
+        return [(self.input_ids[row, : len(offsets)], offsets) for row, offsets in enumerate(self.offsets)]
+
     def digests(self) -> list[str]:
         """Per row, the sha256 of its sender token ids (what a cache of that row was computed from)."""
         return [token_digest(self.row_ids(row)) for row in range(len(self.texts))]
