@@ -109,7 +109,7 @@ class Turn:
         ``[B, T]``: ``[B, T, D]``, the numbers the rotary module gives at those positions (each position's cos/sin
         is computed elementwise, whatever the other positions)."""
         pick = lambda t: torch.index_select(t[0], 0, positions.flatten()).view(*positions.shape, -1)  # noqa: E731
-        return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)  # index_select: ~9x faster than t[0][positions]
+        return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)  # index_select: the same rows as t[0][positions], faster
 
     def at(self, rows: slice) -> "Turn":
         """The tables of ``rows`` of the flattened ``[B * T]`` positions, ``[n, 1, D]`` to broadcast over the
