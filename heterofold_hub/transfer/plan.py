@@ -108,8 +108,9 @@ class Turn:
         """The tables of one row of positions ``0..N-1`` (``[1, N, D]``, a :class:`RopeTable`'s) at ``positions``
         ``[B, T]``: ``[B, T, D]``, the numbers the rotary module gives at those positions (each position's cos/sin
         is computed elementwise, whatever the other positions)."""
+        # index_select: the same rows as t[0][positions], faster on the CPU
         pick = lambda t: torch.index_select(t[0], 0, positions.flatten()).view(*positions.shape, -1)  # noqa: E731
-        return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)  # index_select: the same rows as t[0][positions], faster
+        return Turn(pick(self.cos), pick(self.sin), self.rotary_dim)
 
     def at(self, rows: slice) -> "Turn":
         """The tables of ``rows`` of the flattened ``[B * T]`` positions, ``[n, 1, D]`` to broadcast over the
