@@ -86,7 +86,9 @@ def test_a_transfer_reads_the_prefills_tokens_and_refuses_offsets_outside_the_te
                                               "characters. Pass the prefill of these texts"):
         model.transfer(damaged, TEXT)
     with pytest.raises(HeteroFoldError, match="do not lie within"):
-        model.pipeline.plan(TEXT, prefill=damaged)
+        model.plan(TEXT, prefill=damaged)
+    with pytest.raises(PairMismatchError, match="Row 0 of the sender cache was computed from another text"):
+        model.plan(TEXT.replace("73914", "73915"), prefill=prefill)  # a plan from a prefill of another text
 
 
 def test_a_text_that_differs_in_one_character_is_shown_where_it_differs(model, prefill):
