@@ -40,6 +40,15 @@ class Version:
         return self.entry["version"]
 
 
+def resolved(entry: dict) -> dict:
+    """The registry record of the version a user resolves from ``entry`` by default: its newest release (a
+    pre-release, ``v1.4.0-rc.1``, resolves only when pinned); the newest version when there are only pre-releases."""
+    from heterofold_hub.hub.base import is_prerelease, version_key
+
+    releases = [v for v in entry["versions"] if not is_prerelease(v["version"])]
+    return max(releases or entry["versions"], key=lambda v: version_key(v["version"]))
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
@@ -113,7 +122,7 @@ def kv_ridge(entry: dict) -> tuple[float, str] | None:
 def recommended(entry: dict) -> tuple[str, dict] | None:
     """The newest version's recommended setting as results name it (``TransferConfig.label``) and that
     evaluation's results, or None when the version recommends none."""
-    found = [e for e in entry["versions"][-1].get("evaluations", []) if e.get("recommended")]
+    found = [e for e in resolved(entry).get("evaluations", []) if e.get("recommended")]
     if not found:
         return None
     from heterofold_hub.transfer.config import TransferConfig
@@ -162,7 +171,7 @@ def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool
     timing of ``setting`` (default: the recommended one) first, so a run timing other settings, such as a recompute
     sweep, does not hide it; then any hand-off timing; then a bench row (``handoff_only``: no bench row). None when
     there is none."""
-    weights = entry["versions"][-1]["files"].get("adapter.safetensors")
+    weights = resolved(entry)["files"].get("adapter.safetensors")
     if setting is None:
         setting = (recommended(entry) or (None,))[0]
     rows = [r for r in _speed_rows(weights) if r[2] == "handoff" or not handoff_only]
@@ -215,9 +224,10 @@ def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link
              "end to end, newest |", "| --- | --- | --- | --- | --- | --- |"]
     for entry in sorted(entries, key=test_pair):
         versions = loaded[entry["repo_id"]]
-        newest = versions[-1]
+        newest = next(v for v in versions if v.name == resolved(entry)["version"])
         method = entry["method"] + (" (**test pair**: a tiny model)" if test_pair(entry) else "")
-        older = f" ({', '.join(v.name for v in versions[:-1])})" if len(versions) > 1 else ""
+        others = [v.name + (" (pre-release)" if "-rc." in v.name else "") for v in versions if v is not newest]
+        older = f" ({', '.join(others)})" if others else ""
         lines.append(f"| {link(entry['repo_id'])} | {method} | {newest.name}{older} | "
                      f"{recovered_cell(entry, newest)} | {facts_cell(entry)} | {speed_cell(entry, file_link)} |")
     return lines
@@ -295,7 +305,7 @@ def _demote(card: str) -> str:
 
 
 def repo_page(entry: dict, versions: list[Version]) -> str:
-    repo_id, newest = entry["repo_id"], versions[-1]
+    repo_id, newest = entry["repo_id"], next(v for v in versions if v.name == resolved(entry)["version"])
     s, r = entry["sender"], entry["receiver"]
     lines = [f"# {repo_id}", "", entry["summary"], "",
              "| | sender | receiver |", "| --- | --- | --- |",
@@ -307,7 +317,8 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              f"| tokenizer | {_code(_short(s['tokenizer']))} | {_code(_short(r['tokenizer']))} |", "",
              "Hashes are shortened here; `registry.json` and the model card below hold them in full.", "",
              f"Method: `{entry['method']}`. Hub: `{entry['hub']}`. Newest version: **{newest.name}** (what "
-             "`HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another).", "",
+             "`HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another; a pre-release, "
+             "`vX.Y.Z-rc.N`, is used only when pinned).", "",
              "## Versions", "",
              "Newest first. *On the reference split*: recovered re-measured for every version on the same windows of "
              "`bundled:unseen` (an evaluation recorded in `registry.json`; the figure the resolver compares). The other "
@@ -318,7 +329,8 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              "| top-1 |", "| --- | --- | --- | ---: | --- | ---: | ---: | ---: |"]
     for v in reversed(versions):
         row = _own_row(v, entry["method"])
-        lines.append(f"| {v.name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {on_reference(v)} | "
+        name = f"{v.name} (pre-release)" if "-rc." in v.name else v.name
+        lines.append(f"| {name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {on_reference(v)} | "
                      f"{measured_on(v)} | {row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} | "
                      f"{row['top1']:.3f} |")
     local = repo_id.split("/")[-1]

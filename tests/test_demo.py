@@ -4,13 +4,15 @@ import json
 
 from helpers import ROOT, hf_fold
 
+from heterofold_hub.hub.base import is_prerelease
 from heterofold_hub.transfer.config import TransferConfig
 
 
 def registry_recommendation(repo_id: str) -> str:
     """The newest version's recommended setting as the registry records it, named as the demo names it."""
     entry = next(e for e in json.loads((ROOT / "registry.json").read_text())["adapters"] if e["repo_id"] == repo_id)
-    recommended = [e["recommended"] for e in entry["versions"][-1].get("evaluations", []) if e.get("recommended")]
+    resolved = [v for v in entry["versions"] if not is_prerelease(v["version"])][-1]  # pre-releases only when pinned
+    recommended = [e["recommended"] for e in resolved.get("evaluations", []) if e.get("recommended")]
     return TransferConfig.from_dict(recommended[-1]).label
 
 

@@ -271,3 +271,24 @@ def test_list_show_and_search_serve_scripts():
     assert shown["repo_id"] == L2Q and [v["version"] for v in shown["versions"]] == ["v1.0.0"]
     found = json.loads(hf_fold("search", "tiny-qwen", "--json").stdout)
     assert {L2Q, Q2L} <= {e["repo_id"] for e in found}
+
+
+def test_a_pushed_prerelease_is_listed_and_pulled_only_when_pinned(tmp_path):
+    package = shipped_package(L2Q, tmp_path)
+    registry, hub = str(tmp_path / "registry.json"), str(tmp_path / "hub")
+    for version in ("1.0.0", "1.1.0-rc.1"):
+        run = hf_fold("push", str(package), "--repo", "tester/l2q", "--version", version, "--hub-dir", hub,
+                      "--registry", registry)
+        assert run.returncode == 0, run.stdout + run.stderr
+    listed = hf_fold("list", "--registry", registry).stdout
+    assert "v1.0.0" in listed and "rc" not in listed  # the version a user resolves
+    shown = hf_fold("show", "tester/l2q", "--registry", registry).stdout
+    assert "v1.1.0-rc.1 (pre-release: pin it)" in shown
+    default = hf_fold("pull", "tester/l2q", "--hub-dir", hub, "--registry", registry)
+    pinned = hf_fold("pull", "tester/l2q@1.1.0-rc.1", "--hub-dir", hub, "--registry", registry)
+    assert default.stdout.startswith("tester/l2q v1.0.0:") and pinned.stdout.startswith("tester/l2q v1.1.0-rc.1:")
+
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry, hub_dir=hub)
+    assert (model.resolved.repo_id, model.resolved.version) == ("tester/l2q", "v1.0.0")
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry, hub_dir=hub, revision="v1.1.0-rc.1")
+    assert model.resolved.version == "v1.1.0-rc.1"

@@ -115,6 +115,34 @@ def test_versions_sorted_numerically_and_latest(hub, tmp_path):
     assert hub.exists(REPO) and not hub.exists("tester/missing")
 
 
+def test_a_prerelease_is_kept_and_pinned_but_never_resolved_by_default(hub, tmp_path):
+    for version, scale in (("v1.4.0-rc.2", 4.2), ("v1.3.0", 3.0), ("v1.4.0-rc.1", 4.1)):
+        write_adapter(tmp_path / version, scale)
+        hub.publish(REPO, tmp_path / version, version=version)
+    assert hub.versions(REPO) == ["v1.3.0", "v1.4.0-rc.1", "v1.4.0-rc.2"]
+    assert hub.latest(REPO) == "v1.3.0"
+    assert files_of(hub.download(REPO)) == files_of(tmp_path / "v1.3.0")  # not the newer candidates
+    assert files_of(hub.download(REPO, version="v1.4.0-rc.1")) == files_of(tmp_path / "v1.4.0-rc.1")
+    # Offline, the default is the newest release in the cache too (the remote hub reads its cache's refs).
+    assert files_of(hub.download(REPO, local_files_only=True)) == files_of(tmp_path / "v1.3.0")
+    with pytest.raises(HubError, match=r"v1\.4\.0-rc\.1 of tester/pair-adapter is already published.*v1\.4\.0-rc\.3"):
+        hub.publish(REPO, tmp_path / "v1.3.0", version="v1.4.0-rc.1")
+    assert files_of(hub.download(REPO, version="v1.4.0-rc.1")) == files_of(tmp_path / "v1.4.0-rc.1")
+
+    write_adapter(tmp_path / "v1.4.0", 4.0)
+    hub.publish(REPO, tmp_path / "v1.4.0", version="v1.4.0")  # the release sorts after its candidates
+    assert hub.versions(REPO)[-1] == "v1.4.0" and files_of(hub.download(REPO)) == files_of(tmp_path / "v1.4.0")
+
+
+def test_a_repo_of_only_prereleases_names_them_and_how_to_pin_one(hub, tmp_path):
+    write_adapter(tmp_path / "rc", 1.0)
+    hub.publish(REPO, tmp_path / "rc", version="v1.0.0-rc.1")
+    with pytest.raises(HubError, match=r"only pre-release versions \(v1\.0\.0-rc\.1\).*"
+                                       r"tester/pair-adapter@v1\.0\.0-rc\.1"):
+        hub.download(REPO)
+    assert files_of(hub.download(REPO, version="v1.0.0-rc.1")) == files_of(tmp_path / "rc")
+
+
 def test_republishing_a_version_is_refused_and_keeps_the_original(hub, tmp_path):
     original = write_adapter(tmp_path / "adapter", 1.0)
     hub.publish(REPO, tmp_path / "adapter", version="v1.0.0")
@@ -151,7 +179,8 @@ def test_bad_repo_ids_are_refused_everywhere(bad, tmp_path):
     assert not (tmp_path / "local").exists() and not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize("bad", ["1.0", "v1", "latest", "1.0.0", "v1.0", "v01.0.0", "V1.0.0", "v1.0.0-rc1"])
+@pytest.mark.parametrize("bad", ["1.0", "v1", "latest", "1.0.0", "v1.0", "v01.0.0", "V1.0.0", "v1.0.0-rc1",
+                                 "v1.0.0-rc.0", "v1.0.0-rc.01", "v1.0.0-beta.1", "v1.0.0-rc.1.2"])
 def test_bad_versions_are_refused_everywhere(bad, tmp_path):
     with pytest.raises(HubError) as error:
         validate_version(bad)
@@ -170,6 +199,8 @@ def test_good_ids_versions_and_hub_selection(tmp_path, monkeypatch):
         assert validate_repo_id(good) == good
     assert sorted(["v1.10.0", "v1.9.0", "v0.0.1", "v2.0.0"], key=version_key) == [
         "v0.0.1", "v1.9.0", "v1.10.0", "v2.0.0"]
+    assert sorted(["v2.0.0", "v2.0.0-rc.10", "v1.9.0", "v2.0.0-rc.2"], key=version_key) == [
+        "v1.9.0", "v2.0.0-rc.2", "v2.0.0-rc.10", "v2.0.0"]  # semver: candidates before their release
 
     monkeypatch.setenv("HF_FOLD_HOME", str(tmp_path / "home"))
     assert get_hub().root == tmp_path / "home" and get_hub("local", hub_dir=tmp_path / "x").root == tmp_path / "x"

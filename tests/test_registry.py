@@ -339,6 +339,24 @@ def test_pinned_version(registry):
         registry.find(LLAMA, QWEN, version="v1.2.0")
 
 
+def test_a_prerelease_resolves_only_when_pinned(registry):
+    new_version(registry, "v2.0.0-rc.1", recovered=0.99)
+    entry, version = registry.find(LLAMA, QWEN)
+    assert (entry.repo_id, version.version) == (L2Q, "v1.10.0")  # the newest release, not the better candidate
+    assert registry.find(LLAMA, QWEN, version="v2.0.0-rc.1")[1].version == "v2.0.0-rc.1"
+    with pytest.raises(RegistryError, match=r"already registered.*bump the version \(e.g. v2.0.0-rc.2\)"):
+        new_version(registry, "v2.0.0-rc.1")
+
+
+def test_a_pair_with_only_prereleases_says_how_to_pin_one(tmp_path):
+    registry = Registry.empty(tmp_path / "r.json")
+    new_version(registry, "v1.0.0-rc.1", repo_id="me/new-pair")
+    with pytest.raises(NoAdapterError, match=r"me/new-pair has only pre-release versions \(v1.0.0-rc.1\).*"
+                                             r"version='v1.0.0-rc.1'"):
+        registry.find(LLAMA, QWEN)
+    assert registry.find(LLAMA, QWEN, version="v1.0.0-rc.1")[0].repo_id == "me/new-pair"
+
+
 def test_min_recovered_skips_low_versions(registry):
     entry, version = registry.find(LLAMA, QWEN, min_recovered=0.8)
     assert (entry.repo_id, version.version) == (L2Q, "v1.9.0")

@@ -11,8 +11,8 @@ from rich.markup import escape
 from heterofold_hub.commands import conventions
 from heterofold_hub.commands.tables import Column, clip, print_table
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.base import split_ref
-from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
+from heterofold_hub.hub.base import is_prerelease, no_release, split_ref
+from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, newest_release_of, open_registry
 
 
 def find_entry(registry: Registry, repo_id: str) -> AdapterEntry:
@@ -32,6 +32,17 @@ def pick_versions(entry: AdapterEntry, version: str | None) -> list[VersionEntry
         raise HeteroFoldError(f"{entry.repo_id} has no version {version}; "
                               f"published: {', '.join(v.version for v in entry.versions)}.")
     return picked
+
+
+def resolved_version(entry: AdapterEntry, version: str | None) -> VersionEntry:
+    """The pinned ``version``, else the one a user resolves by default: the newest release (an error naming the
+    pre-releases when there are only those)."""
+    if version is not None:
+        return pick_versions(entry, version)[0]
+    chosen = newest_release_of(entry)
+    if chosen is None:
+        raise no_release(entry.repo_id, [v.version for v in entry.versions])
+    return chosen
 
 
 def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Path | None, token: str | None,
@@ -63,7 +74,7 @@ def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir:
     registry = open_registry(registry_path, must_exist=True)
     repo_id, version = split_ref(ref)
     entry = find_entry(registry, repo_id)
-    chosen = pick_versions(entry, version)[-1]  # the newest, or the pinned one
+    chosen = resolved_version(entry, version)
     folder = fetch(registry, entry, chosen, hub_dir=hub_dir, token=token, local_files_only=local_files_only)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -85,11 +96,11 @@ def listed_row(e: AdapterEntry) -> list[str]:
     """One row of :data:`LISTED` for ``e``."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
-    latest = e.versions[-1]
+    latest = newest_release_of(e) or e.versions[-1]  # what a user resolves (if only pre-releases: the newest)
     measured = latest.fidelity(REFERENCE_SPLIT) or latest.published()
     figures = measured.figures
-    return [e.repo_id, e.method, e.sender.id, e.receiver.id, latest.version, f"{figures['recovered']:.3f}",
-            f"{figures.get('kl', float('nan')):.4f}", e.hub, measured.describe()]
+    return [e.repo_id, e.method, e.sender.id, e.receiver.id, version_label(latest.version),
+            f"{figures['recovered']:.3f}", f"{figures.get('kl', float('nan')):.4f}", e.hub, measured.describe()]
 
 
 def print_entries(entries: list[AdapterEntry], title: str, console: Console, *, as_json: bool) -> None:
@@ -133,10 +144,15 @@ EVALUATIONS = [Column("version"), Column("task", 1), Column("data", 2, wrap=True
                Column("results", 3, wrap=True), Column("recommended", 4, wrap=True)]
 
 
+def version_label(version: str) -> str:
+    """A version as listed: a pre-release says that it resolves only when pinned."""
+    return f"{version} (pre-release: pin it)" if is_prerelease(version) else version
+
+
 def version_row(v: VersionEntry) -> list[str]:
     published = v.published()  # what the card says too: one record of where the figures were measured
     m = published.figures
-    return [v.version, v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
+    return [version_label(v.version), v.commit[:12], f"{m['recovered']:.3f}", f"{m.get('kl', float('nan')):.4f}",
             f"{m.get('top1', float('nan')):.3f}", f"{m.get('nll', float('nan')):.3f}", published.describe(),
             ", ".join(sorted(v.files))]
 
@@ -178,10 +194,11 @@ def run_show(ref: str, *, registry_path: Path | None, hub_dir: Path | None, toke
     if evaluations:  # measured after publishing; the version's files and metrics above are as published
         print_table(console, EVALUATIONS, [evaluation_row(version, e) for version, e in evaluations],
                     title="evaluations added after publishing")
-    if card:  # the newest shown version's model card, from its hub (downloaded and hash-checked like a pull)
+    if card:  # the pinned version's model card, else the one a user resolves (downloaded and hash-checked like a pull)
         from heterofold_hub.hub.fetching import fetch
 
-        folder = fetch(registry, entry, versions[-1], hub_dir=hub_dir, token=token)
+        shown = (newest_release_of(entry) if version is None else None) or versions[-1]
+        folder = fetch(registry, entry, shown, hub_dir=hub_dir, token=token)
         text = (folder / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[-1]
         if piped:
             say(text.rstrip("\n"))

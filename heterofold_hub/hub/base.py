@@ -1,8 +1,10 @@
 """What every adapter hub shares: ``HubError``, repo-id and version rules, and the ``AdapterHub`` API.
 
 A hub stores *repos* (``namespace/name``); each publish uploads a flat folder of adapter files (JSON config,
-safetensors weights, README.md, plots) as one commit and tags it with an immutable semver version ``vX.Y.Z``.
-``download`` returns a local folder holding exactly one version's files.
+safetensors weights, README.md, plots) as one commit and tags it with an immutable semver version ``vX.Y.Z``, or
+a pre-release ``vX.Y.Z-rc.N``: published and immutable like any version, but resolved only when pinned, so a candidate
+can be kept and evaluated before users get it by default. ``download`` returns a local folder holding exactly one
+version's files.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from heterofold_hub.errors import HeteroFoldError
 
 _PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MAX_PART = 96
-_VERSION_RE = re.compile(r"v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_VERSION_RE = re.compile(r"v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:-rc\.([1-9][0-9]*))?")
 _REPO_RULE = (
     "expected 'namespace/name' (e.g. 'tester/pair-adapter'): exactly one '/', each part starting with a letter "
     f"or digit and made of letters, digits, '.', '_' or '-', at most {_MAX_PART} characters, no '..' or '--'"
@@ -72,11 +74,13 @@ def validate_repo_id(repo_id: str) -> str:
 
 
 def validate_version(version: str) -> str:
-    """Return ``version`` if it is ``vMAJOR.MINOR.PATCH`` (e.g. ``v1.0.0``); raise HubError otherwise."""
+    """Return ``version`` if it is ``vMAJOR.MINOR.PATCH`` (e.g. ``v1.0.0``) or a pre-release ``vMAJOR.MINOR.PATCH-rc.N``
+    (e.g. ``v1.4.0-rc.1``); raise HubError otherwise."""
     if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
         raise HubError(
             f"Invalid version {version!r}: versions must look like vMAJOR.MINOR.PATCH, e.g. 'v1.0.0' or 'v2.3.10' "
-            "(a lowercase 'v' and three numbers without leading zeros)."
+            "(a lowercase 'v' and three numbers without leading zeros), or a pre-release vMAJOR.MINOR.PATCH-rc.N, "
+            "e.g. 'v1.4.0-rc.1'."
         )
     return version
 
@@ -96,10 +100,16 @@ def is_version(name: str) -> bool:
     return bool(_VERSION_RE.fullmatch(name))
 
 
-def version_key(version: str) -> tuple[int, int, int]:
-    """Sort key: numeric, so v1.10.0 comes after v1.9.0."""
-    major, minor, patch = _VERSION_RE.fullmatch(validate_version(version)).groups()
-    return int(major), int(minor), int(patch)
+def is_prerelease(version: str) -> bool:
+    """Whether ``version`` is a pre-release (``v1.4.0-rc.1``): resolved only when pinned."""
+    return _VERSION_RE.fullmatch(validate_version(version)).group(4) is not None
+
+
+def version_key(version: str) -> tuple[int, int, int, int, int]:
+    """Sort key: numeric, so v1.10.0 comes after v1.9.0, and semver's order for pre-releases: v1.4.0-rc.1 before
+    v1.4.0-rc.2 before v1.4.0."""
+    major, minor, patch, rc = _VERSION_RE.fullmatch(validate_version(version)).groups()
+    return int(major), int(minor), int(patch), 0 if rc else 1, int(rc or 0)
 
 
 def sort_versions(names) -> list[str]:
@@ -107,9 +117,25 @@ def sort_versions(names) -> list[str]:
     return sorted((n for n in names if is_version(n)), key=version_key)
 
 
+def newest_release(versions) -> str | None:
+    """The highest of ``versions`` that is not a pre-release: what resolves when no version is pinned (None if none)."""
+    releases = [v for v in versions if not is_prerelease(v)]
+    return max(releases, key=version_key) if releases else None
+
+
 def next_patch(version: str) -> str:
-    major, minor, patch = version_key(version)
-    return f"v{major}.{minor}.{patch + 1}"
+    """The version to suggest after ``version``: the next patch (v1.0.1 after v1.0.0), or the next release candidate of
+    the same version (v1.4.0-rc.2 after v1.4.0-rc.1)."""
+    major, minor, patch, released, rc = version_key(version)
+    return f"v{major}.{minor}.{patch + 1}" if released else f"v{major}.{minor}.{patch}-rc.{rc + 1}"
+
+
+def no_release(repo_id: str, versions: list[str]) -> HubError:
+    """Why ``repo_id`` has nothing to resolve by default: no version at all, or only pre-releases (pin one)."""
+    if not versions:
+        return HubError(f"{repo_id} has no published version yet: publish one (e.g. v1.0.0) first.")
+    return HubError(f"{repo_id} has only pre-release versions ({', '.join(versions)}), and a pre-release is used only "
+                    f"when pinned: ask for it by name (e.g. {repo_id}@{versions[-1]}), or publish a release.")
 
 
 def already_published(repo_id: str, version: str, versions: list[str]) -> HubError:
@@ -189,8 +215,9 @@ class AdapterHub(abc.ABC):
         """Whether ``repo_id`` exists in the hub."""
 
     def latest(self, repo_id: str) -> str:
-        """The newest published version of ``repo_id``."""
+        """The newest published release of ``repo_id`` (pre-releases are skipped: they resolve only when pinned)."""
         versions = self.versions(repo_id)
-        if not versions:
-            raise HubError(f"{repo_id} has no published version yet: publish one (e.g. v1.0.0) first.")
-        return versions[-1]
+        latest = newest_release(versions)
+        if latest is None:
+            raise no_release(repo_id, versions)
+        return latest

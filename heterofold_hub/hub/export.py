@@ -18,7 +18,7 @@ from pathlib import Path
 
 from heterofold_hub.hub.base import HubError, PublishedVersion, version_key
 from heterofold_hub.hub.local import LocalHub
-from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, open_registry
+from heterofold_hub.hub.registry import AdapterEntry, Registry, VersionEntry, newest_release_of, open_registry
 from heterofold_hub.hub.resolve import EMBEDDED_HUB_DIR, verify_files
 
 
@@ -31,10 +31,13 @@ class ExportedVersion:
 
 
 def default_version(entry: AdapterEntry) -> VersionEntry:
-    """The version a user resolves from this repo by default: its highest (``Registry.find``'s rule per repo)."""
-    if not entry.versions:
-        raise HubError(f"{entry.repo_id} has no registered version to export.")
-    return max(entry.versions, key=lambda v: version_key(v.version))
+    """The version a user resolves from this repo by default: its highest release (``Registry.find``'s rule per
+    repo; a pre-release resolves only when pinned)."""
+    chosen = newest_release_of(entry)
+    if chosen is None:
+        pre = f" (only pre-releases: {', '.join(v.version for v in entry.versions)})" if entry.versions else ""
+        raise HubError(f"{entry.repo_id} has no released version to export{pre}.")
+    return chosen
 
 
 def export_version(hub: LocalHub, entry: AdapterEntry, version: VersionEntry, out: str | os.PathLike) -> ExportedVersion:

@@ -198,7 +198,7 @@ class LocalHub(AdapterHub):
             return self.snapshot_path(repo_id, version)  # tags are immutable, so a snapshot never goes stale
         versions = self.versions(repo_id)
         if version is None:
-            version = self.latest(repo_id) if not versions else versions[-1]  # latest() explains an empty repo
+            version = self.latest(repo_id)
         if version not in versions:
             raise version_not_found(repo_id, version, versions, f"the local hub {self.root}")
         target = self.snapshot_path(repo_id, version)

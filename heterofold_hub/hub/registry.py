@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heterofold_hub.errors import HeteroFoldError
-from heterofold_hub.hub.base import next_patch, validate_version, version_key
+from heterofold_hub.hub.base import is_prerelease, next_patch, validate_version, version_key
 from heterofold_hub.hub.registry_schema import (  # PairEnd and RegistryError: also imported from here by callers
     PREFERRED_METHOD, REFERENCE_SPLIT, SCHEMA_VERSION, AdapterEntry, EntryParser, PairEnd, RegistryError, VersionEntry,
     load_json,
@@ -207,12 +207,16 @@ class Registry:
         fingerprint and KV spec), and ``method`` if given, keep versions whose ``recovered`` measured on ``split``
         is at least ``min_recovered`` (a version never measured on ``split`` does not pass: figures on other text
         do not compare); ``version`` pins one. Prefer method "heterofold" when ``method`` is None and it has a
-        candidate, then the highest version (version_key), then the higher ``recovered`` on ``split``.
+        candidate, then the highest version (version_key), then the higher ``recovered`` on ``split``. A pre-release
+        (``v1.4.0-rc.1``) is a candidate only when ``version`` pins it.
         """
         if version is not None:
             validate_version(version)
         fits, notes = self._fitting(sender, receiver, method)
-        candidates = [(e, v) for e in fits for v in e.versions if version is None or v.version == version]
+        candidates = [(e, v) for e in fits for v in e.versions
+                      if v.version == version or (version is None and not is_prerelease(v.version))]
+        if version is None:
+            notes += [_prerelease_only(e) for e in fits if e.versions and newest_release_of(e, split) is None]
         if version is not None and fits and not candidates:
             known = "; ".join(f"{e.repo_id}: {', '.join(v.version for v in e.versions) or 'none'}" for e in fits)
             raise NoAdapterError(f"Version {version} is not registered for {sender.id} -> "
@@ -232,8 +236,9 @@ class Registry:
         meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Least-squares first legs
         first, then best estimate."""
         firsts, seconds = self._legs(sender, receiver, methods)
-        found = [PivotPath(e1, _newest(e1, split), e2, _newest(e2, split), split) for e1 in firsts for e2 in seconds
-                 if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot) and e1.versions and e2.versions]
+        found = [PivotPath(e1, newest_release_of(e1, split), e2, newest_release_of(e2, split), split) for e1 in firsts for e2 in seconds
+                 if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot)
+                 and newest_release_of(e1, split) is not None and newest_release_of(e2, split) is not None]
         return sorted(found, key=PivotPath.rank)
 
     def _legs(self, sender: PairEnd, receiver: PairEnd, methods: set[str] | None) -> tuple[list, list]:
@@ -291,9 +296,18 @@ class Registry:
         return (["Paths through a pivot model:"] + lines[:MAX_PATH_LINES]) if lines else []
 
 
-def _newest(entry: AdapterEntry, split: str = REFERENCE_SPLIT) -> VersionEntry | None:
-    """The version ``find`` would pick from this entry alone: the highest, then the higher recovered on ``split``."""
-    return max(entry.versions, key=lambda v: _version_rank(v, split), default=None)
+def newest_release_of(entry: AdapterEntry, split: str = REFERENCE_SPLIT) -> VersionEntry | None:
+    """The version ``find`` would pick from this entry alone: the highest release, then the higher recovered on
+    ``split``."""
+    releases = [v for v in entry.versions if not is_prerelease(v.version)]
+    return max(releases, key=lambda v: _version_rank(v, split), default=None)
+
+
+def _prerelease_only(entry: AdapterEntry) -> str:
+    """Why ``entry`` fits the pair and still resolves nothing by default."""
+    pinned = entry.versions[-1].version
+    return (f"{entry.repo_id} has only pre-release versions ({', '.join(v.version for v in entry.versions)}), used "
+            f"only when pinned: version={pinned!r} (CLI: --adapter {entry.repo_id}@{pinned})")
 
 
 def _version_rank(version: VersionEntry, split: str) -> tuple:

@@ -40,6 +40,7 @@ from heterofold_hub.hub.base import (
     HubError,
     PublishedVersion,
     already_published,
+    newest_release,
     sort_versions,
     validate_repo_id,
     validate_version,
@@ -194,10 +195,13 @@ class RemoteHub(AdapterHub):
     def _cached_latest(self, repo_id: str) -> str:
         refs = self._cache_repo_dir(repo_id) / "refs"
         versions = sort_versions(p.name for p in refs.glob("v*")) if refs.is_dir() else []
-        if not versions:
-            raise HubError(f"No version of {repo_id} is in the local cache {self._cache_repo_dir(repo_id)} and "
-                           "downloads are disabled (local_files_only / HF_HUB_OFFLINE=1): download it once online.")
-        return versions[-1]
+        latest = newest_release(versions)
+        if latest is None:
+            pinned = f" (cached pre-releases, used only when pinned: {', '.join(versions)})" if versions else ""
+            raise HubError(f"No released version of {repo_id} is in the local cache {self._cache_repo_dir(repo_id)}"
+                           f"{pinned} and downloads are disabled (local_files_only / HF_HUB_OFFLINE=1): download it "
+                           "once online.")
+        return latest
 
     # -- errors -------------------------------------------------------------------------------------------
     @contextmanager
