@@ -414,6 +414,31 @@ for _name, _command in HUB_COMMANDS.items():  # push, pull, list, show, search: 
     app.command(_name, **COMMAND)(_command)
 
 
+@app.command("compare", **COMMAND)
+def compare_command(
+    first: Path = typer.Argument(..., help="An hf-fold eval --json result."),
+    second: Path = typer.Argument(..., help="Another, scored on the same windows."),
+    row: list[str] = typer.Option([], "--row", help="A row to pair: NAME (in both results) or FIRST_ROW:SECOND_ROW; "
+                                  "repeatable. Default: every row both have, or their only rows."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+):
+    """Pair the rows of two fidelity results on the windows both scored: the difference in recovered and KL with its
+    paired error, where two runs' own errors overlap. Both must be hf-fold eval --json files of the same windows
+    (same --data, --context-tokens, --continuation-tokens, --windows) and receiver.
+
+    Examples:
+
+      hf-fold compare pure.json scaled.json
+
+      hf-fold compare v130.json v140.json --row heterofold
+
+      hf-fold compare a.json b.json --row recolor:kv-ridge --json
+    """
+    from heterofold_hub.commands.compare import run_compare
+
+    run_compare(first, second, rows=row, as_json=as_json, console=conventions.data)
+
+
 @app.command("env", **COMMAND)
 def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
     """Show what this install runs with: versions, devices, folders and the CPU kernel. Paste it into bug reports.

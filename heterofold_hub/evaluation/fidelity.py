@@ -113,7 +113,25 @@ def evaluate(
         "benefit_se": float(gain.std() / len(gain) ** 0.5) if len(gain) > 1 else float("nan"),
         "methods": summary,
         "paired": paired_rows(merged),
+        "per_window": per_window_record(merged, windows),
     }
+
+
+def window_ids(windows: list[Window]) -> list[str]:
+    """A short fingerprint per window (its context text and continuation ids): two results are paired window by
+    window only where these agree."""
+    import hashlib
+
+    digest = lambda w: hashlib.sha256(w.context.encode() + b"\0" + w.continuation.to(torch.int64).numpy().tobytes())  # noqa: E731
+    return [digest(w).hexdigest()[:16] for w in windows]
+
+
+def per_window_record(per_window: dict[str, dict[str, torch.Tensor]], windows: list[Window]) -> dict:
+    """What a result keeps of :func:`window_measures` so that another run on the same windows can be paired with it
+    (:func:`heterofold_hub.evaluation.paired_runs.paired_between`): each window's fingerprint, and per row its NLL and
+    KL per window."""
+    return {"windows": window_ids(windows),
+            "methods": {name: {key: m[key].tolist() for key in ("nll", "kl")} for name, m in per_window.items()}}
 
 
 def paired_rows(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[str, float]]:
