@@ -21,7 +21,7 @@ from heterofold_hub.hub.publishing import push_package
 from heterofold_hub.hub.registry import NoAdapterError, Registry, load_default_registry
 from heterofold_hub.hub.resolve import fetch, pair_end, resolve_adapter
 from heterofold_hub.methods import load_adapter
-from heterofold_hub.adapter.save_and_load import check_pair
+from heterofold_hub.adapter.save_and_load import check_pair, save_adapter
 from heterofold_hub.zoo import DEMO_PAIR
 
 from helpers import ROOT, hf_fold
@@ -292,3 +292,36 @@ def test_a_pushed_prerelease_is_listed_and_pulled_only_when_pinned(tmp_path):
     assert (model.resolved.repo_id, model.resolved.version) == ("tester/l2q", "v1.0.0")
     model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry, hub_dir=hub, revision="v1.1.0-rc.1")
     assert model.resolved.version == "v1.1.0-rc.1"
+
+
+RECOMMENDED = {"recompute": 0.25, "select": "tail", "repair_layers": 0}
+
+
+def test_a_release_pushed_with_a_prereleases_files_takes_its_evaluations(tmp_path):
+    package = shipped_package(L2Q, tmp_path)
+    registry_path, hub = tmp_path / "registry.json", LocalHub(tmp_path / "hub")
+    push_package(package, repo_id="tester/l2q", version="1.1.0-rc.1", hub=hub, registry=Registry.empty(registry_path))
+    registry = Registry.load(registry_path)
+    registry.add_evaluation(repo_id="tester/l2q", version="v1.1.0-rc.1", evaluation={
+        "task": "retrieval-handoff", "data": "bundled:unseen", "date": "2026-12-07T00:00:00+00:00",
+        "commit": "ab" * 20, "command": "a hand-off run", "results": {"kept_code_512": 0.95},
+        "recommended": RECOMMENDED})
+    registry.save()
+
+    other = tmp_path / "other"  # another package (other weights) released as 1.0.0: nothing to take
+    shutil.copytree(package, other)
+    nudged = load_adapter(package)
+    with torch.no_grad():
+        for p in nudged.parameters():
+            p.mul_(2)
+    save_adapter(nudged, other)
+    assert push_package(other, repo_id="tester/l2q", version="1.0.0", hub=hub, registry=registry_path).evaluations_from is None
+
+    run = hf_fold("push", str(package), "--repo", "tester/l2q", "--version", "1.1.0", "--hub-dir", str(hub.root),
+                  "--registry", str(registry_path))
+    assert run.returncode == 0, run.stderr
+    assert "v1.1.0 took the evaluations of v1.1.0-rc.1" in run.stderr
+    versions = {v.version: v for v in Registry.load(registry_path).entries()[0].versions}
+    assert versions["v1.1.0"].evaluations == versions["v1.1.0-rc.1"].evaluations and not versions["v1.0.0"].evaluations
+    model = HeteroFoldModel.from_pretrained(*DEMO_PAIR, registry=registry_path, hub_dir=hub.root)
+    assert model.resolved.version == "v1.1.0" and model.resolved.recommended == RECOMMENDED

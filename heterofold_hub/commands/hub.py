@@ -60,9 +60,12 @@ def run_push(package: Path, *, repo_id: str, version: str, hub: str, hub_dir: Pa
         console.print(f"{published.repo_id} {published.version} was already in the hub with exactly these files "
                       f"(commit {published.commit[:12]}; an earlier push stopped before registering it): nothing "
                       f"uploaded, registered it in {registry.path}", highlight=False)
-        return
-    console.print(f"published {published.repo_id} {published.version} (commit {published.commit[:12]}) to "
-                  f"{published.url_or_path}; registered in {registry.path}", highlight=False)
+    else:
+        console.print(f"published {published.repo_id} {published.version} (commit {published.commit[:12]}) to "
+                      f"{published.url_or_path}; registered in {registry.path}", highlight=False)
+    if published.evaluations_from:
+        console.print(f"{published.version} took the evaluations of {published.evaluations_from} (its recommended "
+                      "setting included): it was published with the same weights, config and metrics", highlight=False)
 
 
 def run_pull(ref: str, *, out: Path | None, registry_path: Path | None, hub_dir: Path | None, token: str | None,

@@ -41,6 +41,7 @@ class PublishedVersion:
     commit: str  # the git commit the version tag points at
     url_or_path: str  # where the version lives: the local git repo, or the version's page on the remote hub
     reused: bool = False  # True when the version was already in the hub with these exact files (nothing uploaded)
+    evaluations_from: str | None = None  # a push: the pre-release whose evaluations this release took (same files)
 
 
 def _repo_id_problem(repo_id) -> str | None:

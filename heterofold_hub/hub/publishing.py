@@ -6,6 +6,10 @@ and registering (killed, power cut) leaves the version in the hub but not in the
 byte-identical files, it registers that version without uploading again ("rolls forward"); with different
 files it is refused, since a published version never changes.
 
+A release pushed with the very files of a registered pre-release of the same version (``v1.4.0`` after
+``v1.4.0-rc.2``: the same weights, config and metrics; only the card, which names the version, differs) takes that
+pre-release's evaluations, since they measured these weights: promoting a candidate does not cost its evaluations.
+
 Fault injection for tests: ``HF_FOLD_FAULT=after-publish`` makes the process die (``os._exit(137)``, as if
 killed) right after the hub publish and before the registry is touched.
 """
@@ -21,12 +25,12 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from heterofold_hub.hub.cards import card_summary, published_split, render_card
+from heterofold_hub.hub.cards import CARD_NAME, card_summary, published_split, render_card
 from heterofold_hub.errors import HeteroFoldError
 from heterofold_hub.hub import AdapterHub, LocalHub, PublishedVersion, RemoteHub, validate_repo_id
-from heterofold_hub.hub.base import normalize_version
+from heterofold_hub.hub.base import is_prerelease, normalize_version, version_key
 from heterofold_hub.io import locked
-from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, open_registry
+from heterofold_hub.hub.registry import PairEnd, Registry, RegistryError, VersionEntry, open_registry
 from heterofold_hub.hub.fetching import EMBEDDED_HUB_DIR, sha256_file
 from heterofold_hub.methods import load_adapter
 from heterofold_hub.adapter.config import CONFIG_NAME, METRICS_NAME, WEIGHTS_NAME
@@ -119,9 +123,27 @@ def push_package(
             published = _already_in_hub(hub, repo_id, version, files) or hub.publish(
                 repo_id, staging, version=version, message=message or f"{repo_id} {version}")
         _fault_point("after-publish")
-        registry.add_version(commit=published.commit, **record)
+        carried = _promoted_from(registry, repo_id, version, files)
+        entry = registry.add_version(commit=published.commit, **record)
+        if carried is not None:
+            next(v for v in entry.versions if v.version == version).evaluations.extend(
+                copy.deepcopy(carried.evaluations))
+            published = replace(published, evaluations_from=carried.version)
         registry.save()
     return published
+
+
+def _promoted_from(registry: Registry, repo_id: str, version: str, files: dict[str, str]) -> VersionEntry | None:
+    """The newest registered pre-release of ``version`` (``v1.4.0-rc.N`` for ``v1.4.0``) with evaluations and the
+    same files as ``files`` but the card; None for a pre-release or where there is none."""
+    if is_prerelease(version):
+        return None
+    entry = next((e for e in registry.entries() if e.repo_id == repo_id), None)
+    adapter_files = lambda found: {k: h for k, h in found.items() if k != CARD_NAME}  # noqa: E731
+    candidates = [v for v in (entry.versions if entry else []) if is_prerelease(v.version) and v.evaluations
+                  and version_key(v.version)[:3] == version_key(version)[:3]
+                  and adapter_files(v.files) == adapter_files(files)]
+    return max(candidates, key=lambda v: version_key(v.version), default=None)
 
 
 def _already_in_hub(hub: AdapterHub, repo_id: str, version: str, files: dict[str, str]) -> PublishedVersion | None:
