@@ -316,9 +316,9 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              f"| revision | {_code(_short(s['revision']))} | {_code(_short(r['revision']))} |",
              f"| tokenizer | {_code(_short(s['tokenizer']))} | {_code(_short(r['tokenizer']))} |", "",
              "Hashes are shortened here; `registry.json` and the model card below hold them in full.", "",
-             f"Method: `{entry['method']}`. Hub: `{entry['hub']}`. Newest version: **{newest.name}** (what "
-             "`HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another; a pre-release, "
-             "`vX.Y.Z-rc.N`, is used only when pinned).", "",
+             f"Method: `{entry['method']}`. Hub: `{entry['hub']}`. Default version: **{newest.name}**, the newest "
+             "release (what `HeteroFoldModel.from_pretrained` resolves for this pair unless you pin another; a "
+             "pre-release, `vX.Y.Z-rc.N`, is used only when pinned).", "",
              "## Versions", "",
              "Newest first. *On the reference split*: recovered re-measured for every version on the same windows of "
              "`bundled:unseen` (an evaluation recorded in `registry.json`; the figure the resolver compares). The other "
