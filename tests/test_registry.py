@@ -348,6 +348,15 @@ def test_a_prerelease_resolves_only_when_pinned(registry):
         new_version(registry, "v2.0.0-rc.1")
 
 
+def test_results_of_a_promoted_candidates_weights_are_named_after_the_release(registry):
+    from heterofold_hub.evaluation.provenance import registered_version
+
+    weights = new_version(registry, "v2.0.0-rc.1").versions[-1].files["adapter.safetensors"]
+    assert registered_version(weights, registry) == f"{L2Q}@v2.0.0-rc.1"
+    new_version(registry, "v2.0.0")  # the same files, promoted
+    assert registered_version(weights, registry) == f"{L2Q}@v2.0.0"
+
+
 def test_a_pair_with_only_prereleases_says_how_to_pin_one(tmp_path):
     registry = Registry.empty(tmp_path / "r.json")
     new_version(registry, "v1.0.0-rc.1", repo_id="me/new-pair")

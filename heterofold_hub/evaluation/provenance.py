@@ -119,12 +119,15 @@ def adapter_record(adapter, resolved=None, *, registry=None) -> dict:
 
 
 def registered_version(weights_sha256: str, registry=None) -> str | None:
-    """``repo@version`` of the registered version whose ``adapter.safetensors`` has this hash, or None."""
+    """``repo@version`` of the registered version whose ``adapter.safetensors`` has this hash, or None. Where a
+    candidate was promoted (``v1.4.0-rc.2`` then ``v1.4.0``, the same weights), the release."""
     from heterofold_hub.adapter.config import WEIGHTS_NAME
+    from heterofold_hub.hub.base import is_prerelease, version_key
     from heterofold_hub.hub.registry import open_registry
 
-    for entry in open_registry(registry).entries():
-        for version in entry.versions:
-            if version.files.get(WEIGHTS_NAME) == weights_sha256:
-                return f"{entry.repo_id}@{version.version}"
-    return None
+    found = [(entry.repo_id, version.version) for entry in open_registry(registry).entries()
+             for version in entry.versions if version.files.get(WEIGHTS_NAME) == weights_sha256]
+    if not found:
+        return None
+    repo_id, version = max(found, key=lambda rv: (not is_prerelease(rv[1]), version_key(rv[1])))
+    return f"{repo_id}@{version}"
