@@ -23,7 +23,8 @@ TOKEN = typer.Option(None, "--token", help="Token for a remote hub (default: hug
 def push_command(
     package: Path = typer.Argument(..., help="An adapter package: the --out folder of `hf-fold train`."),
     repo: str = typer.Option(..., "--repo", help="Repo id, ORG/NAME."),
-    version: str = typer.Option(..., "--version", help="Version to publish, X.Y.Z (published versions are immutable)."),
+    version: str = typer.Option(..., "--version", help="Version to publish, X.Y.Z, or X.Y.Z-rc.N for a pre-release "
+                                "that resolves only when pinned (published versions are immutable)."),
     hub: Optional[str] = typer.Option(None, "--hub", help="local | hf | the http(s) URL of a Hub-compatible server "
                                       "(default: local)."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", hidden=True, help="Old name of --hub URL."),
@@ -40,6 +41,8 @@ def push_command(
       hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0
 
       hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.1.0 --hub hf
+
+      hf-fold push runs/candidate --repo my-org/llama-to-qwen --version 1.2.0-rc.1
 
       hf-fold push runs/adapter --repo my-org/llama-to-qwen --version 1.0.0 --hub http://127.0.0.1:8080
     """
