@@ -26,6 +26,7 @@ BAD = {
                 "must be three different models"),
     "compress": (["--adapter", "/no/such/package", "--rank", "0", "--out", "/tmp/nowhere"], "--rank: 0 is too small"),
     "demo": (["--repeats", "0"], "--repeats: 0"),
+    "compare": (["/no/such/a.json", "/no/such/b.json"], "/no/such/a.json: no such file"),
 }
 
 
