@@ -185,7 +185,24 @@ class Experiment:
         return RUNS / (other or self.name) / name
 
 
-ADAPTER_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|compress:[\w.-]+|[\w.-]+/[\w.-]+@v?\d+\.\d+\.\d+)$")
+PACKAGE_REF = re.compile(r"^(train:([\w.-]+/)?[\w.-]+|compress:[\w.-]+)$")
+
+
+def registered_ref(ref: str) -> bool:
+    """Whether ``ref`` is ``repo@version`` by the hub's own rules (``v1.0.0``, ``1.0.0``, ``v1.4.0-rc.1``)."""
+    from heterofold_hub.hub.base import HubError, split_ref, validate_repo_id
+
+    try:
+        repo_id, version = split_ref(ref)
+        validate_repo_id(repo_id)
+    except HubError:
+        return False
+    return version is not None
+
+
+def adapter_ref(ref: str) -> bool:
+    """Whether ``ref`` names an adapter a stage can load: ``train:NAME``, ``compress:NAME`` or ``repo@version``."""
+    return bool(PACKAGE_REF.match(ref)) or registered_ref(ref)
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list[str]": list, "list[int]": list,
          "str | None": (str, type(None)), "float | None": (int, float, type(None))}
 
@@ -216,7 +233,7 @@ def _section(cls, table: dict, path: Path, prefix: str):
 
 def _check_adapters(path: Path, key: str, refs: list[str], train: dict, compress: dict | None = None) -> None:
     for ref in refs:
-        if not ADAPTER_REF.match(ref):
+        if not adapter_ref(ref):
             raise _problem(path, key, f"{ref!r} is neither repo@version (heterofold/a-to-b@v1.0.0), train:NAME nor "
                                       "compress:NAME")
         if ref.startswith("compress:"):
@@ -325,7 +342,7 @@ def parse(path: Path, data: dict) -> Experiment:
                             ("hidden_profile", "adapter"), ("conversation", "adapter"),
                             ("conversation", "reverse_adapter")):
         ref = getattr(sections.get(key), field_name, None)
-        if ref is not None and (ref.startswith(("train:", "compress:")) or not ADAPTER_REF.match(ref)):
+        if ref is not None and not registered_ref(ref):
             raise _problem(path, f"{key.replace('_', '-')}.{field_name}", f"{ref!r} must be a registered "
                                                                           "repo@version (heterofold/a-to-b@v1.0.0)")
     publish = sections.get("publish")

@@ -226,8 +226,10 @@ def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link
         versions = loaded[entry["repo_id"]]
         newest = next(v for v in versions if v.name == resolved(entry)["version"])
         method = entry["method"] + (" (**test pair**: a tiny model)" if test_pair(entry) else "")
-        others = [v.name + (" (pre-release)" if "-rc." in v.name else "") for v in versions if v is not newest]
-        older = f" ({', '.join(others)})" if others else ""
+        others = ", ".join(v.name for v in versions if v is not newest and "-rc." not in v.name)
+        candidates = ", ".join(v.name for v in versions if "-rc." in v.name)  # pre-releases: only when pinned
+        listed = "; ".join(part for part in (others, candidates and f"pre-release {candidates}") if part)
+        older = f" ({listed})" if listed else ""
         lines.append(f"| {link(entry['repo_id'])} | {method} | {newest.name}{older} | "
                      f"{recovered_cell(entry, newest)} | {facts_cell(entry)} | {speed_cell(entry, file_link)} |")
     return lines
