@@ -120,7 +120,7 @@ def kv_ridge(entry: dict) -> tuple[float, str] | None:
 
 
 def recommended(entry: dict) -> tuple[str, dict] | None:
-    """The newest version's recommended setting as results name it (``TransferConfig.label``) and that
+    """The default version's recommended setting as results name it (``TransferConfig.label``) and that
     evaluation's results, or None when the version recommends none."""
     found = [e for e in resolved(entry).get("evaluations", []) if e.get("recommended")]
     if not found:
@@ -167,7 +167,7 @@ def _speed_rows(weights: str):
 
 
 def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool = False):
-    """The newest committed timing of the newest version's weights, as :func:`_speed_rows` yields it: a hand-off
+    """The newest committed timing of the default version's weights, as :func:`_speed_rows` yields it: a hand-off
     timing of ``setting`` (default: the recommended one) first, so a run timing other settings, such as a recompute
     sweep, does not hide it; then any hand-off timing; then a bench row (``handoff_only``: no bench row). None when
     there is none."""
@@ -184,7 +184,7 @@ def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool
 
 
 def speed_cell(entry: dict, link=lambda name: name) -> str:
-    """The newest version's end-to-end speed-up over the receiver's own prefill, at the measured length nearest
+    """The default version's end-to-end speed-up over the receiver's own prefill, at the measured length nearest
     :data:`SPEED_TOKENS`: pure transfer, and with the recommended setting when that was timed. From
     :func:`newest_timing`; ``link(file)`` names the source."""
     found = newest_timing(entry)
@@ -201,7 +201,7 @@ def speed_cell(entry: dict, link=lambda name: name) -> str:
 
 
 def recovered_cell(entry: dict, newest: "Version") -> str:
-    """The newest version's recovered on the reference split, beside the pair's KV Ridge; flagged when below it."""
+    """The default version's recovered on the reference split, beside the pair's KV Ridge; flagged when below it."""
     figure = on_reference(newest)
     if entry["method"] == "kv-ridge":
         return f"{figure} (is KV Ridge)"
@@ -214,14 +214,14 @@ def recovered_cell(entry: dict, newest: "Version") -> str:
 
 
 def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link, file_link=lambda name: name) -> list[str]:
-    """One row per adapter repository (its name says its pair), the real pairs first: method, newest version, its recovered on the
+    """One row per adapter repository (its name says its pair), the real pairs first: method, default version, its recovered on the
     reference split (the figure the resolver ranks and gates on) beside the pair's KV Ridge, exact facts with its
     recommended setting, and its end-to-end speed-up where measured. ``link(repo_id)``: how the repo is named in the
     row (a page link, or code); ``file_link(name)``: how a results file is named."""
     from heterofold_hub.hub.registry_schema import REFERENCE_SPLIT
 
-    lines = [f"| adapter | method | newest (all) | recovered on `{REFERENCE_SPLIT}` | facts, recommended setting | "
-             "end to end, newest |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| adapter | method | default (others) | recovered on `{REFERENCE_SPLIT}` | facts, recommended setting | "
+             "end to end, default |", "| --- | --- | --- | --- | --- | --- |"]
     for entry in sorted(entries, key=test_pair):
         versions = loaded[entry["repo_id"]]
         newest = next(v for v in versions if v.name == resolved(entry)["version"])
@@ -236,8 +236,10 @@ def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link
 
 
 TABLE_NOTE = ("Real pairs first; a **test pair** has one of the project's tiny models on a side (they test plumbing, "
-              "not quality). *Recovered* is the newest version's figure on the registry's reference split, beside KV "
-              "Ridge measured on the same split for that pair, and marked **below KV Ridge** where it falls under. "
+              "not quality). The *default* version is the newest release, the one `from_pretrained` resolves (a "
+              "pre-release is used only when pinned). *Recovered* is its figure on the registry's reference split, "
+              "beside KV Ridge measured on the same split for that pair, and marked **below KV Ridge** where it falls "
+              "under. "
               "*Facts* is exact-fact retrieval with the setting the registry recommends for that version, as a share "
               "of the receiver's own prefill's answers over the cells measured. *End to end* is the speed-up over the "
               "receiver's own prefill (plan + map, and with the recommended setting where timed), from the newest "
