@@ -236,9 +236,10 @@ class Registry:
         meet at exactly the same P (id, revision, tokenizer, KV spec); ``pivot`` pins P. Least-squares first legs
         first, then best estimate."""
         firsts, seconds = self._legs(sender, receiver, methods)
-        found = [PivotPath(e1, newest_release_of(e1, split), e2, newest_release_of(e2, split), split) for e1 in firsts for e2 in seconds
+        newest = {id(e): newest_release_of(e, split) for e in firsts + seconds}
+        found = [PivotPath(e1, newest[id(e1)], e2, newest[id(e2)], split) for e1 in firsts for e2 in seconds
                  if e1.receiver == e2.sender and (pivot is None or e1.receiver.id == pivot)
-                 and newest_release_of(e1, split) is not None and newest_release_of(e2, split) is not None]
+                 and newest[id(e1)] is not None and newest[id(e2)] is not None]
         return sorted(found, key=PivotPath.rank)
 
     def _legs(self, sender: PairEnd, receiver: PairEnd, methods: set[str] | None) -> tuple[list, list]:
@@ -307,7 +308,7 @@ def _prerelease_only(entry: AdapterEntry) -> str:
     """Why ``entry`` fits the pair and still resolves nothing by default."""
     pinned = entry.versions[-1].version
     return (f"{entry.repo_id} has only pre-release versions ({', '.join(v.version for v in entry.versions)}), used "
-            f"only when pinned: version={pinned!r} (CLI: --adapter {entry.repo_id}@{pinned})")
+            f"only when pinned: version={pinned!r} (CLI: hf-fold pull {entry.repo_id}@{pinned})")
 
 
 def _version_rank(version: VersionEntry, split: str) -> tuple:
