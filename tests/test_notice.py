@@ -20,7 +20,8 @@ def notice_sections() -> dict[str, str]:
 def listed(section: str) -> dict[str, set[str]]:
     """The adapter repos a section lists on their own lines (``heterofold/<name>   v1.0.0, v1.1.0 ...``), with the
     versions each line names."""
-    rows = re.findall(r"^\s+(heterofold/\S+)\s+(v\d+\.\d+\.\d+(?:, v\d+\.\d+\.\d+)*)", section, re.M)
+    version = r"v\d+\.\d+\.\d+(?:-rc\.\d+)?"  # pre-releases too: published, so derived like any version
+    rows = re.findall(rf"^\s+(heterofold/\S+)\s+({version}(?:, {version})*)", section, re.M)
     return {repo: set(versions.split(", ")) for repo, versions in rows}
 
 

@@ -41,7 +41,8 @@ EMBEDDED = {a["repo_id"]: a for a in REGISTRY["adapters"] if a["hub"] == "embedd
 
 
 def default_version(repo_id: str) -> str:
-    return max((v["version"] for v in EMBEDDED[repo_id]["versions"]), key=version_key)
+    """The newest release: a pre-release is never the default (nor shipped in a wheel)."""
+    return max((v["version"] for v in EMBEDDED[repo_id]["versions"] if "-rc." not in v["version"]), key=version_key)
 
 
 # -- the checkout --------------------------------------------------------------------------------------------------
