@@ -39,6 +39,12 @@ class Version:
     def name(self) -> str:
         return self.entry["version"]
 
+    @property
+    def prerelease(self) -> bool:
+        from heterofold_hub.hub.base import is_prerelease
+
+        return is_prerelease(self.name)
+
 
 def resolved(entry: dict) -> dict:
     """The registry record of the version a user resolves from ``entry`` by default: its newest release (a
@@ -226,8 +232,8 @@ def adapters_table(entries: list[dict], loaded: dict[str, list["Version"]], link
         versions = loaded[entry["repo_id"]]
         newest = next(v for v in versions if v.name == resolved(entry)["version"])
         method = entry["method"] + (" (**test pair**: a tiny model)" if test_pair(entry) else "")
-        others = ", ".join(v.name for v in versions if v is not newest and "-rc." not in v.name)
-        candidates = ", ".join(v.name for v in versions if "-rc." in v.name)  # pre-releases: only when pinned
+        others = ", ".join(v.name for v in versions if v is not newest and not v.prerelease)
+        candidates = ", ".join(v.name for v in versions if v.prerelease)  # used only when pinned
         listed = "; ".join(part for part in (others, candidates and f"pre-release {candidates}") if part)
         older = f" ({listed})" if listed else ""
         lines.append(f"| {link(entry['repo_id'])} | {method} | {newest.name}{older} | "
@@ -333,7 +339,7 @@ def repo_page(entry: dict, versions: list[Version]) -> str:
              "| top-1 |", "| --- | --- | --- | ---: | --- | ---: | ---: | ---: |"]
     for v in reversed(versions):
         row = _own_row(v, entry["method"])
-        name = f"{v.name} (pre-release)" if "-rc." in v.name else v.name
+        name = f"{v.name} (pre-release)" if v.prerelease else v.name
         lines.append(f"| {name} | {v.date} (`{v.entry['commit'][:7]}`) | {trained_on(v)} | {on_reference(v)} | "
                      f"{measured_on(v)} | {row['recovered']:.3f} ± {row['recovered_se']:.3f} | {row['kl']:.3f} | "
                      f"{row['top1']:.3f} |")
