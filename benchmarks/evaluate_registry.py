@@ -6,6 +6,7 @@ versions; the resolver's ``min_recovered`` and ranking read figures on the regis
 never edits the registry by itself:
 
     python benchmarks/evaluate_registry.py score             # -> benchmarks/results/registry/<sender>__<receiver>.json
+    python benchmarks/evaluate_registry.py score --version REPO@VERSION   # only that version: a file of its own
     python benchmarks/evaluate_registry.py record            # adds one fidelity evaluation per version to registry.json
     python benchmarks/evaluate_registry.py recommend         # adds the hand-off's recommended recompute setting
 
@@ -18,7 +19,9 @@ kept and the end-to-end speed-ups of the newest ``PREFIX-speed*`` result that ti
 recommended setting. Where none qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
-prefill and no context. ``record`` refuses results from code with uncommitted changes (their commit would not
+prefill and no context. ``--version REPO@VERSION`` (repeatable) scores only the versions named, so that a new
+version is measured without re-measuring (and re-recording) the others; its file is named after them, and
+``hf-fold compare`` pairs it with the pair's full file, since both score the same windows. ``record`` refuses results from code with uncommitted changes (their commit would not
 say what ran) and skips evaluations already recorded; published files and metrics are never rewritten.
 """
 
@@ -47,8 +50,30 @@ def pairs(registry) -> dict[tuple[str, str], list[tuple[str, str]]]:
     return out
 
 
-def result_path(sender: str, receiver: str) -> Path:
-    return RESULTS / f"{sender.replace('/', '--')}__{receiver.replace('/', '--')}.json"
+def result_path(folder: Path, sender: str, receiver: str, only: list[str] | None = None) -> Path:
+    """``<sender>__<receiver>.json``; with ``only`` (``repo@version`` names), ``<sender>__<receiver>__<repo
+    name>@<version>[+...].json``, so a partial score never overwrites the pair's full one."""
+    stem = f"{sender.replace('/', '--')}__{receiver.replace('/', '--')}"
+    if only:
+        stem += "__" + "+".join(sorted(name.split("/")[-1] for name in only))
+    return folder / f"{stem}.json"
+
+
+def chosen_versions(registry, only: list[str] | None) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """``pairs(registry)``, cut to the ``repo@version`` names in ``only``; an unregistered name is refused with the
+    versions its repo has."""
+    every = pairs(registry)
+    if not only:
+        return every
+    registered = {f"{repo}@{version}" for versions in every.values() for repo, version in versions}
+    for name in only:
+        if name not in registered:
+            repo = name.split("@")[0]
+            known = sorted(n for n in registered if n.split("@")[0] == repo) or sorted(registered)
+            raise SystemExit(f"--version {name!r} is not a registered adapter version; registered: "
+                             f"{', '.join(known)}. Pass REPO@VERSION as `hf-fold list` shows it.")
+    cut = {pair: [(r, v) for r, v in versions if f"{r}@{v}" in only] for pair, versions in every.items()}
+    return {pair: versions for pair, versions in cut.items() if versions}
 
 
 def score(args) -> None:
@@ -64,7 +89,7 @@ def score(args) -> None:
 
     registry = open_registry(args.registry)
     texts = read_texts(args.data)
-    for (sender_id, receiver_id), versions in pairs(registry).items():
+    for (sender_id, receiver_id), versions in chosen_versions(registry, args.version).items():
         if args.pair and f"{sender_id}->{receiver_id}" not in args.pair:
             continue
         print(f"{sender_id} -> {receiver_id}: {', '.join(f'{r}@{v}' for r, v in versions)}", flush=True)
@@ -83,7 +108,7 @@ def score(args) -> None:
         made = provenance(records)  # before the run: the commit it records is the code that runs, not a later one
         result = evaluate(sender, receiver, adapters, windows, batch_size=args.batch_size, data=args.data)
         result["provenance"] = made
-        write_json_atomic(result_path(sender_id, receiver_id), result)
+        write_json_atomic(result_path(args.out, sender_id, receiver_id, args.version), result)
         for name in adapters:
             row = result["methods"][name]
             print(f"  {name}: recovered {row['recovered']:.3f} ± {row['recovered_se']:.3f}, KL {row['kl']:.3f}", flush=True)
@@ -92,7 +117,7 @@ def score(args) -> None:
 def record(args) -> None:
     registry = open_registry(args.registry)
     added = 0
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(args.out.glob("*.json")):
         result = json.loads(path.read_text())
         made = result["provenance"]
         if made["git"]["commit"] is None or made["git"]["dirty"]:
@@ -230,6 +255,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continuation-tokens", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--pair", action="append", help="only SENDER->RECEIVER (repeatable)")
+    parser.add_argument("--version", action="append", metavar="REPO@VERSION",
+                        help="score: only this adapter version (repeatable); written to a file of its own")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="score / record: the folder of the score files (default: benchmarks/results/registry)")
     parser.add_argument("--min-docs", type=int, default=96, help="recommend: documents a cell needs to count")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
                         help="recommend: the folder of the hand-off experiments' results")

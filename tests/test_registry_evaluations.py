@@ -267,3 +267,47 @@ def test_recommend_reads_the_adapters_own_dtype_not_a_bf16_twins_run(registry_co
     evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
     assert evaluation.results["kept_code_1024"] == 1.25 and evaluation.results["kept_code_512"] == 1.2
     assert "real-g2s-handoff-bf16.json" not in evaluation.command
+
+
+def test_score_one_version_writes_a_file_of_its_own_and_record_adds_only_its_evaluation(registry_copy, tmp_path):
+    """``score --version`` measures the named version alone (beside native and no context) without touching the
+    pair's full file, and ``record`` adds one evaluation to it and none to the versions it did not score, once."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    out = tmp_path / "scores"
+    chosen = f"{REPO}@v1.1.0"
+    evaluate_registry.main(["score", "--registry", str(registry_copy), "--out", str(out), "--version", chosen,
+                            "--windows", "2", "--context-tokens", "64", "--continuation-tokens", "16"])
+    [written] = out.glob("*.json")
+    assert written.name == "heterofold--tiny-llama-code__heterofold--tiny-qwen-code__" \
+                           "tiny-llama-code-to-tiny-qwen-code@v1.1.0.json"
+    result = json.loads(written.read_text())
+    assert set(result["methods"]) == {"native", "no-context", chosen}
+    assert len(result["per_window"]["windows"]) == 2
+
+    # record reads what ran at a commit; the checkout under test may have edits, so the file says it was clean
+    result["provenance"]["git"] |= {"commit": "ab" * 20, "dirty": False}
+    written.write_text(json.dumps(result))
+    before = {v.version: len(v.evaluations) for e in Registry.load(registry_copy).adapters if e.repo_id == REPO
+              for v in e.versions}
+    for _ in range(2):
+        evaluate_registry.main(["record", "--registry", str(registry_copy), "--out", str(out)])
+    after = {v.version: len(v.evaluations) for e in Registry.load(registry_copy).adapters if e.repo_id == REPO
+             for v in e.versions}
+    assert after == before | {"v1.1.0": before["v1.1.0"] + 1}
+
+
+def test_score_refuses_a_version_that_is_not_registered_and_names_those_that_are(registry_copy, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    with pytest.raises(SystemExit, match=rf"--version '{REPO}@v9.0.0' is not a registered adapter version; "
+                                         rf"registered: {REPO}@v1.0.0, {REPO}@v1.1.0\."):
+        evaluate_registry.main(["score", "--registry", str(registry_copy), "--out", str(tmp_path / "scores"),
+                                "--version", f"{REPO}@v9.0.0"])
+    assert not (tmp_path / "scores").exists()
