@@ -288,7 +288,8 @@ def trained_on(v: Version) -> str:
         own += f" of {args['context_tokens']} tokens"
     continued = (v.config.get("extra") or {}).get("continued_from")
     if continued:  # --init adapter: the windows above came on top of the package it went on from
-        own += f", continued from a package trained on `{', '.join(continued['data'])}`"
+        # a chain continued twice records its data once per link: each source is named once
+        own += f", continued from a package trained on `{', '.join(dict.fromkeys(continued['data']))}`"
         own += f", {continued['training_windows']} windows" if continued.get("training_windows") else ""
     return own
 

@@ -89,3 +89,12 @@ def test_the_speed_shown_is_the_newest_timing_of_the_recommended_setting():
     _, _, kind, by_length = gen_catalogue.newest_timing(entry)
     assert kind == "handoff" and all(setting in speeds for speeds in by_length.values())
     assert f"`{setting}`" in gen_catalogue.speed_cell(entry)
+
+
+def test_trained_on_names_each_source_of_a_continued_chain_once():
+    """v1.4.0-rc.1 went on from a package that itself went on from one trained on ``bundled:wide``: its config
+    records that data once per link, and the catalogue says it once."""
+    entry = next(e for e in REGISTRY if e["repo_id"] == "heterofold/gemma3-270m-to-smollm2-135m")
+    candidate = next(v for v in gen_catalogue.load_versions(entry) if v.name == "v1.4.0-rc.1")
+    assert candidate.config["extra"]["continued_from"]["data"].count("bundled:wide") > 1  # the chain as recorded
+    assert "continued from a package trained on `bundled:wide`, 251 windows" in gen_catalogue.trained_on(candidate)
