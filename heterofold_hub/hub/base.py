@@ -124,6 +124,15 @@ def newest_release(versions) -> str | None:
     return max(releases, key=version_key) if releases else None
 
 
+def default_release(repo_id: str, versions: list[str]) -> str:
+    """``newest_release(versions)``, or the error that says why ``repo_id`` has none (nothing yet, or only
+    pre-releases)."""
+    latest = newest_release(versions)
+    if latest is None:
+        raise no_release(repo_id, versions)
+    return latest
+
+
 def next_patch(version: str) -> str:
     """The version to suggest after ``version``: the next patch (v1.0.1 after v1.0.0), or the next release candidate of
     the same version (v1.4.0-rc.2 after v1.4.0-rc.1)."""
@@ -217,8 +226,4 @@ class AdapterHub(abc.ABC):
 
     def latest(self, repo_id: str) -> str:
         """The newest published release of ``repo_id`` (pre-releases are skipped: they resolve only when pinned)."""
-        versions = self.versions(repo_id)
-        latest = newest_release(versions)
-        if latest is None:
-            raise no_release(repo_id, versions)
-        return latest
+        return default_release(repo_id, self.versions(repo_id))

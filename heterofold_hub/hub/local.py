@@ -36,6 +36,7 @@ from heterofold_hub.hub.base import (
     PublishedVersion,
     _repo_id_problem,
     already_published,
+    default_release,
     sort_versions,
     validate_repo_id,
     validate_version,
@@ -198,7 +199,7 @@ class LocalHub(AdapterHub):
             return self.snapshot_path(repo_id, version)  # tags are immutable, so a snapshot never goes stale
         versions = self.versions(repo_id)
         if version is None:
-            version = self.latest(repo_id)
+            version = default_release(repo_id, versions)  # the tags just listed: no second listing
         if version not in versions:
             raise version_not_found(repo_id, version, versions, f"the local hub {self.root}")
         target = self.snapshot_path(repo_id, version)
