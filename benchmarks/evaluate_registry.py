@@ -21,8 +21,9 @@ recommended setting. Where none qualifies it records nothing and says which came
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
 prefill and no context. ``--version REPO@VERSION`` (repeatable) scores only the versions named, so that a new
 version is measured without re-measuring (and re-recording) the others; its file is named after them, and
-``hf-fold compare`` pairs it with the pair's full file, since both score the same windows. ``record`` refuses results from code with uncommitted changes (their commit would not
-say what ran) and skips evaluations already recorded; published files and metrics are never rewritten.
+``hf-fold compare`` pairs it with the pair's full file, since both score the same windows. ``record`` refuses
+results from code with uncommitted changes (their commit would not say what ran) and skips evaluations already
+recorded; published files and metrics are never rewritten.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def score(args) -> None:
         made = provenance(records)  # before the run: the commit it records is the code that runs, not a later one
         result = evaluate(sender, receiver, adapters, windows, batch_size=args.batch_size, data=args.data)
         result["provenance"] = made
-        write_json_atomic(result_path(args.out, sender_id, receiver_id, args.version), result)
+        only = list(adapters) if args.version else None  # this pair's share of the versions named
+        write_json_atomic(result_path(args.out, sender_id, receiver_id, only), result)
         for name in adapters:
             row = result["methods"][name]
             print(f"  {name}: recovered {row['recovered']:.3f} ± {row['recovered_se']:.3f}, KL {row['kl']:.3f}", flush=True)
