@@ -35,7 +35,8 @@ PAGES = {  # generated block -> the results page that shows it
     "calibration-levers-g2s-long-fidelity": "levers.md", "calibration-levers-s2g-long": "levers.md",
     "calibration-levers-s2g-long-fidelity": "levers.md", "calibration-levers-g2s-long-stdlib": "levers.md",
     "calibration-levers-g2s-long-stdlib-fidelity": "levers.md", "calibration-levers-g2s-long2": "levers.md",
-    "calibration-levers-g2s-long2-fidelity": "levers.md",
+    "calibration-levers-g2s-long2-fidelity": "levers.md", "calibration-levers-g2s-v140rc2": "levers.md",
+    "calibration-levers-g2s-v140rc2-fidelity": "levers.md",
 }
 
 # (source, row in it, label shown): which committed retrieval result is which adapter. A source is as in
@@ -203,6 +204,7 @@ V13 = "heterofold/smollm2-135m-to-gemma3-270m@v1.3.0"
 V11_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.1.0"
 V12_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.2.0"
 V13_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.3.0"
+V140RC1_G2S = "heterofold/gemma3-270m-to-smollm2-135m@v1.4.0-rc.1"
 LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in this order)
     "train:real-s2g-topk/topk": "top-k teacher (128), 1200 steps over 320 windows",
     "train:real-s2g-topk-wide800/topk-wide800": "top-k teacher (128), 500 steps over 800 windows",
@@ -214,6 +216,8 @@ LEVER_ROWS = {  # adapter ref in the levers experiments -> what made it (rows in
     "train:real-g2s-long/long": "v1.2.0 calibrated on: 300 steps over all 251 windows of 2048 tokens",
     V12_G2S: "v1.2.0: 600 steps over all 1154 windows of 512 tokens",
     "train:real-s2g-long/long": "the 1201-window package calibrated on: 300 steps over all 264 windows of 2048 tokens",
+    "train:real-g2s-v140rc2/long2": "v1.4.0-rc.2: v1.4.0-rc.1 calibrated on: 300 steps over all 251 windows of 2048 tokens",
+    V140RC1_G2S: "v1.4.0-rc.1: the standard-library package, retrained",
     "train:real-g2s-long2/long2": "the standard-library package calibrated on: 300 steps over all 251 windows of 2048 tokens",
     "train:real-g2s-long-stdlib/stdlib": "v1.3.0 calibrated on: 200 steps over 200 2048-token windows of the standard library",
     V13_G2S: "v1.3.0",
@@ -310,7 +314,11 @@ def blocks() -> dict[str, str]:
             "calibration-levers-g2s-long2": levers_markdown("real-g2s-levers-long2", "real-g2s-levers-long2-prose",
                                                             baseline=V13_G2S),
             "calibration-levers-g2s-long2-fidelity": levers_fidelity_markdown((
-                "real-g2s-levers-long2", "real-g2s-levers-long2-prose"))}
+                "real-g2s-levers-long2", "real-g2s-levers-long2-prose")),
+            "calibration-levers-g2s-v140rc2": levers_markdown("real-g2s-v140rc2", "real-g2s-v140rc2-prose",
+                                                              baseline=V13_G2S),
+            "calibration-levers-g2s-v140rc2-fidelity": levers_fidelity_markdown((
+                "real-g2s-v140rc2", "real-g2s-v140rc2-prose"))}
 
 
 if __name__ == "__main__":  # writing is `python -m benchmarks report`'s, for both pages at once
