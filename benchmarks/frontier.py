@@ -38,13 +38,15 @@ class Figure:
     """One coordinate as its file gives it: ``value``; ``src``, where it is; ``detail``, what the table says beside
     it; ``reference``: for a speed-up, that run's pure transfer of the full map; for ``recovered``, the benefit of
     the context on its windows (equal benefits: the same windows); ``data``: the text it was measured on, where
-    the file or its experiment's config says."""
+    the file or its experiment's config says; ``cpu``: for a speed-up, the CPU model that timed it, where its run's
+    provenance records one (speed-ups of different CPUs do not compare)."""
 
     value: float
     src: Src
     detail: str = ""
     reference: float | None = None
     data: str | None = None
+    cpu: str | None = None
 
 
 class Reader:
@@ -95,7 +97,8 @@ class Reader:
             _check_pair(result, direction, src)
             key = _near(result["lengths"], src)
             settings = result["lengths"][key]["settings"]
-            return Figure(_row(settings, src)["speedup"], src, f"{key} tokens", settings["transfer"]["speedup"])
+            return Figure(_row(settings, src)["speedup"], src, f"{key} tokens", settings["transfer"]["speedup"],
+                          cpu=self.cpu(src))
         directions = result.get("directions", [result])
         found = [d for d in directions if (d["sender"], d["receiver"]) == DIRECTIONS[direction][1:]]
         if not found:
@@ -104,7 +107,7 @@ class Reader:
         if not rows or "speedup" not in rows[0]:
             raise ValueError(f"{src.file} has no end-to-end speed-up at {LENGTH} tokens")
         end_to_end = rows[0]["speedup"]["end_to_end"]
-        return Figure(_row(end_to_end, src), src, f"{LENGTH} tokens", end_to_end.get("heterofold"))
+        return Figure(_row(end_to_end, src), src, f"{LENGTH} tokens", end_to_end.get("heterofold"), cpu=self.cpu(src))
 
     def kept(self, src: Src, fmt: str, direction: str) -> Figure:
         """Retrieval kept: one setting's exact answers over native prefill's, on ``fmt`` documents at :data:`LENGTH`."""
@@ -117,6 +120,13 @@ class Reader:
         rows = result["formats"][fmt]
         row = _row(rows[_near(rows, src)], src)
         return Figure(row["kept"], src, f"{row['correct']}/{row['n']} exact", data=result.get("data"))
+
+    def cpu(self, src: Src) -> str | None:
+        """The CPU model the run that made ``src`` recorded in its provenance (None where it recorded none)."""
+        self.result(src)
+        data = self._files[src.file]
+        made = data["stages"][src.stage] if src.stage else data
+        return ((made.get("provenance") or {}).get("cpu") or {}).get("model")
 
     def _score_data(self, src: Src) -> str | None:
         """The text an experiment's score stage read, from its config, when its file does not record it."""
@@ -309,14 +319,15 @@ def table(markers: list[Shown], measure: str) -> str:
     best = on_frontier(markers)
     y_head = "recovered" if measure == "recovered" else "facts kept"
     lines = [f"| adapter | point | setting |{' format |' if measure == 'kept' else ''} {y_head} | from | "
-             "speed-up | from | that run's pure transfer | frontier |",
+             "speed-up | from | that run's pure transfer | timed on | frontier |",
              "| --- | --- | --- |" + (" --- |" if measure == "kept" else "")
-             + " ---: | --- | ---: | --- | ---: | :---: |"]
+             + " ---: | --- | ---: | --- | ---: | --- | :---: |"]
     for i, m in enumerate(markers):
         p = m.placed.point
         y = (f"{m.y.value:.3f} {m.y.detail}" if measure == "recovered" else f"{m.y.value:.2f} ({m.y.detail})")
         cells = [p.group, p.label, _setting(p, measure)] + ([m.fmt] if measure == "kept" else [])
-        cells += [y, _link(m.y, m.fmt), _speed(m.x), _link(m.x), _reference(m.x), "yes" if i in best else ""]
+        cells += [y, _link(m.y, m.fmt), _speed(m.x), _link(m.x), _reference(m.x), m.x.cpu or "not recorded",
+                  "yes" if i in best else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -379,8 +390,9 @@ def page(frontiers: dict[str, list[Placed]]) -> str:
                      f"plotted, {left_off[d]} left off for a missing coordinate.")
     lines.append("- Facts at 2048 tokens, code documents: " + "; ".join(
         f"{DIRECTIONS[d][0]}: {_facts_line(shows[d, 'kept'])}" for d in frontiers) + ".")
-    lines += ["- Speed-ups come from several runs on a shared CPU machine, which drift: each row gives its run's own "
-              "pure transfer. [Missing coordinates](#missing-coordinates) says what would measure each point left off.",
+    lines += ["- Speed-ups come from several runs on shared CPU machines, which drift, and from more than one CPU model "
+              "(each table's *timed on*; the frontier line is drawn across them): each row gives its run's own pure "
+              "transfer. [Missing coordinates](#missing-coordinates) says what would measure each point left off.",
               "<!-- /summary -->", "",
               f"Each marker is one adapter (colour) with one recompute setting, at {LENGTH} receiver tokens. Across: the "
               "end-to-end speed-up over the receiver's own prefill (log scale). Up: the context benefit kept "
@@ -419,8 +431,9 @@ def page(frontiers: dict[str, list[Placed]]) -> str:
               "A `handoff-speed` stage times the user's call (plan + map + selection + recompute) on a hand-off "
               f"document of about {LENGTH} tokens (the document may land a token short); a `bench` stage times the plan "
               "(warm) and the map. *That run's pure transfer* is the full map with nothing recomputed in the same run "
-              "(the registered float32 adapter); a row compares with another through it. `bench` fits its own KV Ridge "
-              "and Dense Latent to time them.",
+              "(the registered float32 adapter); a row compares with another through it. *Timed on*: the CPU model "
+              "its run recorded (runs made before provenance recorded the CPU say *not recorded*). `bench` fits its "
+              "own KV Ridge and Dense Latent to time them.",
               "- **facts kept**: exact answers as a share of native prefill's on the same hand-off documents, code "
               "facts at the document's head and prose facts anywhere in it; above 1 the hand-off answered more than "
               "native did. The dotted line is 0.9 of native.", ""]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = "catalogue"  # the site folder of the catalogue pages
@@ -149,42 +150,55 @@ def facts_cell(entry: dict) -> str:
     return f"`{name}`: {min(kept):.2f}-{max(kept):.2f} of native ({len(kept)} cells)"
 
 
+class Timing(NamedTuple):
+    """One committed timing of an adapter's weights: its run's ``date``, the results ``file``, ``kind`` (``handoff``:
+    the user's call, plan + map + recompute, per setting; ``bench``: plan + map), ``speedups`` ({tokens: {setting:
+    speed-up}}) and the ``cpu`` model its run recorded (None for runs made before provenance recorded it): speed-ups
+    of different CPUs do not compare, so a page that shows one names its CPU."""
+
+    date: str
+    file: str
+    kind: str
+    speedups: dict[int, dict[str, float]]
+    cpu: str | None
+
+
 def _speed_rows(weights: str):
-    """Every committed timing of the adapter with these weights (float32 products): (date, file, kind, {tokens:
-    {setting: speed-up}}). A hand-off timing (``handoff-speed``: plan + map + recompute, each setting) or a bench row
-    (plan + map)."""
+    """Every committed :class:`Timing` of the adapter with these weights (float32 products): a hand-off timing
+    (``handoff-speed``, each setting) or a bench row."""
     for path in sorted(RESULTS.glob("*.json")):
         for stage, entry in json.loads(path.read_text())["stages"].items():
             prov, result = entry["provenance"], entry["result"]
+            cpu = (prov.get("cpu") or {}).get("model")
             if stage == "handoff-speed":
                 used = (prov.get("adapters") or {}).get("heterofold", {})
                 if used.get("weights_sha256") == weights and not used.get("map_dtype"):
-                    yield prov["date"], path.name, "handoff", {
+                    yield Timing(prov["date"], path.name, "handoff", {
                         int(n): {s: row["speedup"] for s, row in by.items() if "bfloat16" not in s}
-                        for n, by in ((n, r["settings"]) for n, r in result["lengths"].items())}
+                        for n, by in ((n, r["settings"]) for n, r in result["lengths"].items())}, cpu)
             elif stage == "bench":
                 for direction in result["directions"]:
                     rows = (prov.get("adapters") or {}).get(f"{direction['sender']} -> {direction['receiver']}", {})
                     for name, used in rows.items():
                         if used.get("weights_sha256") == weights and not used.get("map_dtype"):
-                            yield prov["date"], path.name, "bench", {
+                            yield Timing(prov["date"], path.name, "bench", {
                                 r["context_tokens"]: {"transfer": r["prefill_s"] / (r["plan_s"] + r["transfer_s"][name])}
-                                for r in direction["rows"]}
+                                for r in direction["rows"]}, cpu)
 
 
-def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool = False):
-    """The newest committed timing of the default version's weights, as :func:`_speed_rows` yields it: a hand-off
+def newest_timing(entry: dict, setting: str | None = None, *, handoff_only: bool = False) -> Timing | None:
+    """The newest committed :class:`Timing` of the default version's weights: a hand-off
     timing of ``setting`` (default: the recommended one) first, so a run timing other settings, such as a recompute
     sweep, does not hide it; then any hand-off timing; then a bench row (``handoff_only``: no bench row). None when
     there is none."""
     weights = resolved(entry)["files"].get("adapter.safetensors")
     if setting is None:
         setting = (recommended(entry) or (None,))[0]
-    rows = [r for r in _speed_rows(weights) if r[2] == "handoff" or not handoff_only]
+    rows = [r for r in _speed_rows(weights) if r.kind == "handoff" or not handoff_only]
 
-    def rank(row):
-        times_setting = setting is not None and all(setting in speeds for speeds in row[3].values())
-        return row[2] == "handoff" and times_setting, row[2] == "handoff", row[0]
+    def rank(row: Timing):
+        times_setting = setting is not None and all(setting in speeds for speeds in row.speedups.values())
+        return row.kind == "handoff" and times_setting, row.kind == "handoff", row.date
 
     return max(rows, key=rank, default=None)
 
@@ -196,14 +210,18 @@ def speed_cell(entry: dict, link=lambda name: name) -> str:
     found = newest_timing(entry)
     if found is None:
         return "not measured"
-    _, name, _, by_length = found
-    tokens = min(by_length, key=lambda n: abs(n - SPEED_TOKENS))
-    speeds = by_length[tokens]
+    tokens = min(found.speedups, key=lambda n: abs(n - SPEED_TOKENS))
+    speeds = found.speedups[tokens]
     cell = f"{speeds['transfer']:.1f}x pure"
     setting = recommended(entry)
     if setting and setting[0] in speeds:
         cell += f", {speeds[setting[0]]:.1f}x `{setting[0]}`"
-    return f"{cell} ({tokens} tokens; {link(name)})"
+    return f"{cell} ({tokens} tokens{on_cpu(found.cpu)}; {link(found.file)})"
+
+
+def on_cpu(cpu: str | None) -> str:
+    """``, on CPU`` where the run recorded its CPU model; else ''."""
+    return f", on {cpu}" if cpu else ""
 
 
 def recovered_cell(entry: dict, newest: "Version") -> str:

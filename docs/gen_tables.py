@@ -174,21 +174,21 @@ def _facts_row(spec: dict, prefix: str) -> str:
 def _speed_row(spec: dict, prefix: str) -> str:
     """The newest committed hand-off timing of this version's recommended setting (plan + map + recompute, against the
     receiver's own prefill), and llama.cpp's prefill of the same GGUF at the longest length benched."""
-    from gen_catalogue import newest_timing, recommended
+    from gen_catalogue import newest_timing, on_cpu, recommended
 
     entry = _entry(spec)
     found = recommended(entry)
     setting = found[0] if found else spec["setting"]
-    _, file, _, by_length = newest_timing(entry, setting, handoff_only=True)
-    source = (file.removesuffix(".json"), "handoff-speed")
+    timing = newest_timing(entry, setting, handoff_only=True)
+    source = (timing.file.removesuffix(".json"), "handoff-speed")
     result = _load(source)
     cells = [f"{n} tokens: **{speeds['transfer']:.1f}x** pure transfer, **{speeds[setting]:.1f}x** with `{setting}`"
              f"{_bf16_twins(result['lengths'][str(n)]['settings'], setting)}"
-             for n, speeds in sorted(by_length.items())]
+             for n, speeds in sorted(timing.speedups.items())]
     bench = next(d for d in _load(spec["both_baselines"])["directions"] if d["sender"] == entry["sender"]["id"])
     longest = max(bench["rows"], key=lambda r: r["context_tokens"])
     return (f"| end-to-end speed-up over the receiver's own prefill (batch {result['batch']}, "
-            f"{stage(source)['provenance']['threads']} CPU threads) | "
+            f"{stage(source)['provenance']['threads']} CPU threads{on_cpu(timing.cpu)}) | "
             f"{'; '.join(cells)}. Over llama.cpp's prefill of the same GGUF (pure transfer): "
             f"{longest['speedup']['vs_llamacpp']['heterofold']:.1f}x at {longest['context_tokens']} tokens | "
             f"{_links((source, spec['both_baselines']), prefix)} |")

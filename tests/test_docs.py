@@ -84,10 +84,10 @@ def test_the_speed_shown_is_the_newest_timing_of_the_recommended_setting():
     entry = next(e for e in REGISTRY if e["repo_id"] == "heterofold/smollm2-135m-to-gemma3-270m")
     setting = gen_catalogue.recommended(entry)[0]
     weights = gen_catalogue.resolved(entry)["files"]["adapter.safetensors"]
-    newest = max(gen_catalogue._speed_rows(weights), key=lambda row: row[0])
-    assert setting not in next(iter(newest[3].values())), "the newest timing should be one without the setting"
-    _, _, kind, by_length = gen_catalogue.newest_timing(entry)
-    assert kind == "handoff" and all(setting in speeds for speeds in by_length.values())
+    newest = max(gen_catalogue._speed_rows(weights), key=lambda row: row.date)
+    assert setting not in next(iter(newest.speedups.values())), "the newest timing should be one without the setting"
+    shown = gen_catalogue.newest_timing(entry)
+    assert shown.kind == "handoff" and all(setting in speeds for speeds in shown.speedups.values())
     assert f"`{setting}`" in gen_catalogue.speed_cell(entry)
 
 
