@@ -12,11 +12,11 @@ never edits the registry by itself:
 
 ``recommend`` reads one pair's committed hand-off experiments (``benchmarks/results/PREFIX*.json``, ``--experiments
 PREFIX``, ``real-s2g-handoff`` by default): among the settings a user can run (not the oracle, which needs the
-answer's place) measured at every length, on at least ``--min-docs`` documents per cell, it takes the one
-recomputing the least that keeps at least 90% of native exact match in every cell (format x length; of settings
-recomputing the same positions, the one whose lowest cell keeps the most), and records it, with every cell's share
-kept and the end-to-end speed-ups of the newest ``PREFIX-speed*`` result that times it, as the adapter version's
-recommended setting. Where none qualifies it records nothing and says which came closest.
+answer's place) measured in every cell the results hold (format x length), on at least ``--min-docs`` documents per
+cell, it takes the one recomputing the least that keeps at least 90% of native exact match in every cell (of
+settings recomputing the same positions, the one whose lowest cell keeps the most), and records it, with every
+cell's share kept and the end-to-end speed-ups of the newest ``PREFIX-speed*`` result that times it, as the adapter
+version's recommended setting. Where none qualifies it records nothing and says which came closest.
 
 ``score`` loads each (sender, receiver) pair once and scores all its versions on the same windows, beside native
 prefill and no context. ``--version REPO@VERSION`` (repeatable) scores only the versions named, so that a new
@@ -209,8 +209,13 @@ def recommend(args) -> None:
     if len(sources) != 1:
         raise SystemExit(f"the hand-off results measure different adapters ({', '.join(sorted(sources))}); "
                          "measure one version throughout.")
-    lengths = {length for rows in cells.values() for _, length in rows}
-    measured = {name: rows for name, rows in cells.items() if {length for _, length in rows} == lengths}
+    # a setting is judged on every (format, length) cell the results hold, or not at all: one measured at 2048 tokens
+    # on code only would otherwise be recommended without its prose facts at that length
+    grid = {cell for rows in cells.values() for cell in rows}
+    measured = {name: rows for name, rows in cells.items() if set(rows) == grid}
+    for name in sorted(set(cells) - set(measured)):
+        lacking = sorted(grid - set(cells[name]))
+        print(f"{name}: left out, not measured on " + ", ".join(f"{fmt} {n}" for fmt, n in lacking))
     lowest = {name: min(r["kept"] for r in rows.values()) for name, rows in measured.items()}
     for name, rows in sorted(measured.items()):
         print(f"{name}: kept " + ", ".join(f"{fmt} {n}: {r['kept']:.2f}" for (fmt, n), r in sorted(rows.items())))

@@ -159,6 +159,34 @@ def test_recommend_records_the_least_recompute_that_keeps_90_percent_everywhere(
         evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
 
 
+def test_recommend_judges_a_setting_on_every_cell_or_leaves_it_out(registry_copy, tmp_path, capsys):
+    """Facts at 2048 tokens measured on code first and on prose in a later run: until then the cheaper setting, which
+    keeps 90% in every cell it has, lacks the prose cell at 2048 and is not recommended on five cells of six; the one
+    measured in all six is, and the one left out is named with the cell it lacks."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import evaluate_registry
+
+    results = tmp_path / "results"
+    results.mkdir()
+    both = {"tail@0.05": (0.95, 0.05), "tail@0.2": (0.97, 0.2)}
+    short = _cells(512, both)
+    short["formats"]["prose"] = _cells(512, both)["formats"]["code"]
+    _handoff_file(results / "real-s2g-handoff.json", "handoff", short)
+    _handoff_file(results / "real-s2g-handoff-2048-code.json", "handoff", _cells(2048, both))
+    prose = _cells(2048, {"tail@0.2": (0.99, 0.2)})
+    prose["formats"] = {"prose": prose["formats"]["code"]}
+    _handoff_file(results / "real-s2g-handoff-2048-prose.json", "handoff", prose)
+    _speed_file(results / "real-s2g-handoff-speed.json", {"transfer": 40.0, "tail@0.05": 9.5, "tail@0.2": 4.0})
+    evaluate_registry.main(["recommend", "--registry", str(registry_copy), "--results", str(results)])
+    assert "tail@0.05: left out, not measured on prose 2048" in capsys.readouterr().out
+    evaluation = version_of(Registry.load(registry_copy), REPO).evaluations[-1]
+    assert evaluation.recommended == {"recompute": 0.2, "select": "tail", "repair_layers": 0}
+    assert {key for key in evaluation.results if key.startswith("kept_")} == {
+        f"kept_{fmt}_{n}" for fmt in ("code", "prose") for n in (512, 2048)}
+
+
 def test_recommend_reads_the_named_pairs_experiments_and_never_recommends_the_oracle(registry_copy, tmp_path):
     """``--experiments real-g2s-handoff`` reads that pair's files only; the oracle (it needs the answer's place) keeps
     the most for the least but is no setting a user can run; a missing speed file is named with its command."""
