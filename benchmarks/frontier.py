@@ -39,7 +39,7 @@ class Figure:
     it; ``reference``: for a speed-up, that run's pure transfer of the full map; for ``recovered``, the benefit of
     the context on its windows (equal benefits: the same windows); ``data``: the text it was measured on, where
     the file or its experiment's config says; ``cpu``: for a speed-up, the CPU model that timed it, where its run's
-    provenance records one (speed-ups of different CPUs do not compare)."""
+    provenance records one (the same call's speed-up differs from one CPU to another)."""
 
     value: float
     src: Src

@@ -23,8 +23,8 @@ class Src:
 class Point:
     """One adapter (or baseline) with one recompute setting. ``setting`` is the hand-off's name for it
     (``transfer``: nothing recomputed; ``statement-tail@0.12``), ``map_dtype`` the products' dtype when not the
-    adapter's own. ``recovered`` and ``speed`` are read at :data:`benchmarks.frontier.LENGTH`; ``kept`` per document format; ``elsewhere``
-    a recovered figure at another length, cited when 2048's is missing. ``plots``: which plots the point belongs on
+    adapter's own. ``recovered`` and ``speed`` are read at :data:`benchmarks.frontier.LENGTH`; ``kept`` per document
+    format; ``elsewhere`` a recovered figure at another length, cited when 2048's is missing. ``plots``: which plots the point belongs on
     (selections that read the question have no fidelity figure)."""
 
     label: str
