@@ -89,9 +89,10 @@ V140_TAIL = "real-s2g-v140-handoff-speed-tail"  # v1.4.0 with a 4-6% recent tail
 V120 = ("heterofold v1.2.0", G2S + "v1.2.0")
 V130_G2S = ("heterofold v1.3.0", G2S + "v1.3.0")
 V140RC2 = "real-g2s-v140rc2"  # trains v1.4.0-rc.2 and scores it beside v1.4.0-rc.1 and v1.3.0
-V140RC2_G2S = ("heterofold v1.4.0-rc.2 (pre-release)", G2S + "v1.4.0-rc.2")
+V140_G2S = ("heterofold v1.4.0", G2S + "v1.4.0")  # v1.4.0-rc.2's package, promoted
 V140RC2_SPEED = "real-g2s-v140rc2-handoff-speed"  # timed on an AVX2 EPYC, float32 products
-V140RC2_CODE = "real-g2s-v140rc2-handoff-2048-code"  # code facts at 2048 tokens (prose is a run of its own)
+V140RC2_CODE = "real-g2s-v140rc2-handoff-2048-code"  # code facts at 2048 tokens
+V140RC2_PROSE = "real-g2s-v140rc2-handoff-2048-prose"  # prose facts at 2048 tokens
 RANK64 = ("rank 64 v1.0.0", "heterofold/gemma3-270m-to-smollm2-135m-rank64@v1.0.0")
 
 # History runs are named by their training run; the version each was published as is the results pages' (fidelity.md,
@@ -172,12 +173,12 @@ POINTS = {
         Point("v1.3.0 statement 5% k0.7 bf16", *V130_G2S, "statement@0.05 k0.7", "bfloat16",
               speed=_timed(V130_KERNELS, "statement@0.05 k0.7" + BF16),
               kept=_facts(V130_FACTS_BF16, V130_FACTS_BF16, "statement@0.05 k0.7")),
-        # the candidates (pre-releases: used only when pinned), scored beside v1.3.0 on the same windows
-        Point("v1.4.0-rc.2", *V140RC2_G2S, recovered=_score(V140RC2, "heterofold"),
-              speed=_timed(V140RC2_SPEED, "transfer"), kept=_facts(V140RC2_CODE, None, "transfer")),
-        Point("v1.4.0-rc.2 statement 5% k0.7", *V140RC2_G2S, "statement@0.05 k0.7",
+        # v1.4.0 (v1.4.0-rc.2 promoted) and the pre-release rc.1, scored beside v1.3.0 on the same windows
+        Point("v1.4.0", *V140_G2S, recovered=_score(V140RC2, "heterofold"),
+              speed=_timed(V140RC2_SPEED, "transfer"), kept=_facts(V140RC2_CODE, V140RC2_PROSE, "transfer")),
+        Point("v1.4.0 statement 5% k0.7", *V140_G2S, "statement@0.05 k0.7",
               speed=_timed(V140RC2_SPEED, "statement@0.05 k0.7"),
-              kept=_facts(V140RC2_CODE, None, "statement@0.05 k0.7")),
+              kept=_facts(V140RC2_CODE, V140RC2_PROSE, "statement@0.05 k0.7")),
         Point("v1.4.0-rc.1", "heterofold v1.4.0-rc.1 (pre-release)", G2S + "v1.4.0-rc.1",
               recovered=_score(V140RC2, "heterofold (v1.4.0-rc.1)")),
         Point("v1.2.0", *V120, recovered=_score("real-g2s-levers-all", "heterofold"),

@@ -54,11 +54,12 @@ DIRECTIONS = {
     },
     "g2s": {
         "title": "Gemma 3 270M -> SmolLM2-135M",
-        "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0",
-        "fidelity": {512: (("real-g2s-levers-long", "score", "512"), ("real-g2s", "train", "kv-ridge")),
-                     2048: (("real-g2s-levers-long", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
-        "retrieval": [((f"real-g2s-v130-handoff{run}", "handoff"), fmt) for fmt in ("code", "prose")
-                      for run in ("", "-1024", "-2048")],
+        "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.4.0",
+        # v1.4.0 is v1.4.0-rc.2's package promoted: its runs name the candidate
+        "fidelity": {512: (("real-g2s-v140rc2", "score", "512"), ("real-g2s", "train", "kv-ridge")),
+                     2048: (("real-g2s-v140rc2", "score", "2048"), ("real-g2s-natural", "score", "2048"))},
+        "retrieval": [((f"real-g2s-v140rc2-handoff{run}", "handoff"), fmt) for fmt in ("code", "prose")
+                      for run in ("", "-1024", f"-2048-{fmt}")],
         "setting": "statement@0.05 k0.7",  # shown when the registry recommends none
         "both_baselines": ("real-bench", "bench"),
         # the faster option: (experiment, bench row of the package, its score row), its products in bf16
