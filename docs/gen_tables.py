@@ -112,11 +112,18 @@ FORMAT_LABELS = {"code": "code", "prose": "prose"}
 
 
 def _entry(spec: dict) -> dict:
-    """The registry entry of the adapter a direction shows."""
-    from gen_catalogue import registry
+    """The registry entry of the adapter a direction shows. Its figures come from runs chosen for one version, so the
+    version ``spec`` names must be the one users resolve: after a promotion the block fails here until its runs are
+    updated, instead of showing the old version's figures under the new default's recommended setting and speed."""
+    from gen_catalogue import registry, resolved
 
-    repo_id = spec["adapter"].split()[0]
-    return next(e for e in registry()["adapters"] if e["repo_id"] == repo_id)
+    repo_id, version = spec["adapter"].split()
+    entry = next(e for e in registry()["adapters"] if e["repo_id"] == repo_id)
+    default = resolved(entry)["version"]
+    if version != default:
+        raise ValueError(f"docs/gen_tables.py shows {repo_id} {version}, but the registry resolves {default}: point "
+                         f"DIRECTIONS' runs for this pair at {default}'s results and name it there.")
+    return entry
 
 
 def expect_markdown(direction: str, prefix: str = "") -> str:

@@ -148,6 +148,16 @@ def test_the_check_fails_when_a_figure_is_edited(tmp_path, edit):
     assert report.check(root), f"editing {cell!r} in {page} ({edit}) went unnoticed"
 
 
+def test_a_what_to_expect_block_naming_a_version_users_do_not_resolve_is_refused(monkeypatch):
+    """A promotion changes the registry's default; the block's runs were chosen for the old version, so generating it
+    fails by name until they are pointed at the new one."""
+    stale = {**gen_tables.DIRECTIONS["g2s"], "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0"}
+    monkeypatch.setitem(gen_tables.DIRECTIONS, "g2s", stale)
+    with pytest.raises(ValueError, match=r"shows heterofold/gemma3-270m-to-smollm2-135m v1\.3\.0, but the registry "
+                                         r"resolves v1\.4\.0"):
+        gen_tables.expect_markdown("g2s")
+
+
 def test_report_check_exits_1_listing_the_figure(tmp_path):
     root = _copy_pages(tmp_path)
     cell = _one_figure(gen_tables.blocks()["expect-s2g"]).strip()
