@@ -29,6 +29,14 @@ def copy_weights(batch: Batch, copy_weight: float) -> torch.Tensor | None:
     return None if copy_weight == 0 else 1 + copy_weight * batch.copied_targets().float()
 
 
+def warmup_then_decay(optimizer: torch.optim.Optimizer, max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The calibration's schedule, per step: a linear warm-up over the first tenth of ``max_steps`` (AdamW's first
+    steps move every weight by about ``lr`` whatever its gradient), then a linear decay to a tenth of the peak."""
+    warmup = max(1, max_steps // 10)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) * max(0.1, 1 - step / max(1, max_steps)))
+
+
 class CalibrationModule(L.LightningModule):
     """Holds the trainable adapter; the frozen receiver is attached, not owned, so checkpoints stay small."""
 
@@ -81,7 +89,5 @@ class CalibrationModule(L.LightningModule):
     def configure_optimizers(self):
         params = [p for p in self.adapter.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        warmup = max(1, self.hparams.max_steps // 10)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / warmup) * max(0.1, 1 - step / max(1, self.hparams.max_steps)))
+        schedule = warmup_then_decay(optimizer, self.hparams.max_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
