@@ -20,7 +20,6 @@ Everything is scored on the same held-out windows of ``bundled:unseen``, with pa
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.probes.layer_residual import train  # noqa: E402
+from benchmarks.probes.layer_residual import print_scores, train, training_batches  # noqa: E402
 from heterofold_hub.adapter.base import PairAdapter  # noqa: E402
 from heterofold_hub.data.texts import read_texts  # noqa: E402
 from heterofold_hub.data.windows import make_windows  # noqa: E402
@@ -122,11 +121,7 @@ def main() -> None:
     training = {}
     if args.steps:
         train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
-        needed = {s for sources in registered.config.layer_sources for s in sources}
-        batches = [prepare_batch(train_windows[i:i + 2], sender, receiver, layers=needed)
-                   for i in range(0, len(train_windows), 2)]
-        order = [i for _ in range(args.steps // len(batches) + 1)
-                 for i in random.Random(0).sample(range(len(batches)), len(batches))][:args.steps]
+        batches, order = training_batches(train_windows, sender, receiver, registered, args.steps)
         teachers: dict = {}
         trained = {"affine, trained": UnfoldedAffine.from_affine(registered, lora_rank=0)}
         trained.update({f"{how}, trained through it": KeysProjected(UnfoldedAffine.from_affine(registered, lora_rank=0),
@@ -136,11 +131,7 @@ def main() -> None:
         arms.update(trained)
         del batches, teachers
     result = evaluate(sender, receiver, arms, held_out, batch_size=2, data="bundled:unseen")
-    for name, m in result["methods"].items():
-        print(f"{name:40s} recovered {m['recovered']:.3f} ± {m['recovered_se']:.3f}  kl {m['kl']:.3f}")
-    for pair, d in result["paired"].items():
-        print(f"{pair}: recovered {d['recovered']:+.3f} ± {d['recovered_se']:.3f}, kl {d['kl']:+.3f} ± "
-              f"{d['kl_se']:.3f}, lower NLL on {d['windows_better']}/{d['windows']}")
+    print_scores(result)
     if args.json:
         command = " ".join(["benchmarks/probes/key_structure.py", *sys.argv[1:]])
         write_json_atomic(args.json, {"command": command, "adapter": model.pipeline.source,

@@ -103,6 +103,24 @@ def train(adapter: nn.Module, batches: list, teachers: dict, receiver, order: li
     return {"losses": losses, "seconds": time.perf_counter() - start}
 
 
+def training_batches(windows: list, sender, receiver, adapter, steps: int) -> tuple[list, list[int]]:
+    """``windows`` prepared two to a batch (the sender layers ``adapter`` reads), and the order of ``steps`` visits:
+    every batch once in a seeded shuffle, again, and so on."""
+    needed = {s for sources in adapter.config.layer_sources for s in sources}
+    batches = [prepare_batch(windows[i:i + 2], sender, receiver, layers=needed) for i in range(0, len(windows), 2)]
+    shuffle = random.Random(0).sample(range(len(batches)), len(batches))
+    return batches, (shuffle * (steps // len(batches) + 1))[:steps]
+
+
+def print_scores(result: dict) -> None:
+    """Each row's recovered and KL, then every paired difference, of a fidelity ``result``."""
+    for name, m in result["methods"].items():
+        print(f"{name:50s} recovered {m['recovered']:.3f} ± {m['recovered_se']:.3f}  kl {m['kl']:.3f}")
+    for pair, d in result["paired"].items():
+        print(f"{pair}: recovered {d['recovered']:+.3f} ± {d['recovered_se']:.3f}, kl {d['kl']:+.3f} ± "
+              f"{d['kl_se']:.3f}, lower NLL on {d['windows_better']}/{d['windows']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--direction", choices=tuple(MODELS), default="s2g")
@@ -125,10 +143,7 @@ def main() -> None:
     assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
     train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
     held_out = make_windows(unseen, receiver, max_windows=args.windows, **cut)
-    needed = {s for sources in registered.config.layer_sources for s in sources}
-    batches = [prepare_batch(train_windows[i:i + 2], sender, receiver, layers=needed)
-               for i in range(0, len(train_windows), 2)]
-    order = [i for _ in range(args.steps // len(batches) + 1) for i in random.Random(0).sample(range(len(batches)), len(batches))][:args.steps]
+    batches, order = training_batches(train_windows, sender, receiver, registered, args.steps)
     layers = [int(x) for x in args.layers.split(",")]
     residual = f"residual (layers {args.layers}, rank {args.rank})"
     arms = {"affine": (UnfoldedAffine.from_affine(registered, lora_rank=0), args.lr, 0.0),
@@ -151,11 +166,7 @@ def main() -> None:
         result = results[str(context)] = evaluate(sender, receiver, {"registered": registered, **arms}, windows,
                                                   batch_size=2, data="bundled:unseen")
         print(f"--- {count} windows of {context} tokens of bundled:unseen")
-        for name, m in result["methods"].items():
-            print(f"{name:50s} recovered {m['recovered']:.3f} ± {m['recovered_se']:.3f}  kl {m['kl']:.3f}")
-        for pair, d in result["paired"].items():
-            print(f"{pair}: recovered {d['recovered']:+.3f} ± {d['recovered_se']:.3f}, kl {d['kl']:+.3f} ± "
-                  f"{d['kl_se']:.3f}, lower NLL on {d['windows_better']}/{d['windows']}")
+        print_scores(result)
     if args.json:
         command = " ".join(["benchmarks/probes/layer_residual.py", *sys.argv[1:]])
         write_json_atomic(args.json, {"command": command, "adapter": model.pipeline.source, "args": vars(args) | {
