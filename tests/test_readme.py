@@ -151,10 +151,15 @@ def test_the_check_fails_when_a_figure_is_edited(tmp_path, edit):
 def test_a_what_to_expect_block_naming_a_version_users_do_not_resolve_is_refused(monkeypatch):
     """A promotion changes the registry's default; the block's runs were chosen for the old version, so generating it
     fails by name until they are pointed at the new one."""
-    stale = {**gen_tables.DIRECTIONS["g2s"], "adapter": "heterofold/gemma3-270m-to-smollm2-135m v1.3.0"}
+    import gen_catalogue
+
+    repo_id, shown = gen_tables.DIRECTIONS["g2s"]["adapter"].split()
+    default = gen_catalogue.resolved(gen_tables._entry(gen_tables.DIRECTIONS["g2s"]))["version"]
+    assert shown == default  # the committed block names the version users resolve
+    stale = {**gen_tables.DIRECTIONS["g2s"], "adapter": f"{repo_id} v1.3.0"}  # an older published version
     monkeypatch.setitem(gen_tables.DIRECTIONS, "g2s", stale)
-    with pytest.raises(ValueError, match=r"shows heterofold/gemma3-270m-to-smollm2-135m v1\.3\.0, but the registry "
-                                         r"resolves v1\.4\.0"):
+    with pytest.raises(ValueError, match=rf"shows {re.escape(repo_id)} v1\.3\.0, but the registry resolves "
+                                         rf"{re.escape(default)}"):
         gen_tables.expect_markdown("g2s")
 
 
