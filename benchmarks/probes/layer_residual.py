@@ -103,11 +103,12 @@ def train(adapter: nn.Module, batches: list, teachers: dict, receiver, order: li
     return {"losses": losses, "seconds": time.perf_counter() - start}
 
 
-def training_batches(windows: list, sender, receiver, adapter, steps: int) -> tuple[list, list[int]]:
-    """``windows`` prepared two to a batch (the sender layers ``adapter`` reads), and the order of ``steps`` visits:
-    every batch once in a seeded shuffle, again, and so on."""
+def training_batches(windows: list, sender, receiver, adapter, steps: int,
+                     prepare=prepare_batch) -> tuple[list, list[int]]:
+    """``windows`` made ready by ``prepare`` two to a batch (the sender layers ``adapter`` reads), and the order of
+    ``steps`` visits: every batch once in a seeded shuffle, again, and so on."""
     needed = {s for sources in adapter.config.layer_sources for s in sources}
-    batches = [prepare_batch(windows[i:i + 2], sender, receiver, layers=needed) for i in range(0, len(windows), 2)]
+    batches = [prepare(windows[i:i + 2], sender, receiver, layers=needed) for i in range(0, len(windows), 2)]
     shuffle = random.Random(0).sample(range(len(batches)), len(batches))
     return batches, (shuffle * (steps // len(batches) + 1))[:steps]
 

@@ -93,12 +93,14 @@ def evaluate(
     progress: bool = True,
     recompute=None,
     data: str | None = None,
+    prepare=prepare_batch,
 ) -> dict:
     """Fidelity of ``adapters`` (plus native and no-context references) on ``windows``; ``recompute``
     (:class:`~heterofold_hub.transfer.config.TransferConfig`) applied after every adapter's map. ``data``
-    names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text."""
+    names the text the windows were cut from (``bundled:unseen``, a path): figures compare only on the same text.
+    ``prepare``: what makes a batch of windows ready (:func:`prepare_batch`; a probe may pass one that adds features)."""
     merged = window_measures(sender, receiver, adapters, windows, batch_size=batch_size, progress=progress,
-                             recompute=recompute)
+                             recompute=recompute, prepare=prepare)
     summary = summarise(merged)
     gain = merged["no-context"]["nll"] - merged["native"]["nll"]  # per-window context benefit
     return {
@@ -143,15 +145,16 @@ def paired_rows(per_window: dict[str, dict[str, torch.Tensor]]) -> dict[str, dic
 
 @torch.no_grad()
 def window_measures(sender: Side, receiver: Side, adapters: dict[str, PairAdapter], windows: list[Window], *,
-                    batch_size: int = 8, progress: bool = True, recompute=None) -> dict[str, dict[str, torch.Tensor]]:
+                    batch_size: int = 8, progress: bool = True, recompute=None,
+                    prepare=prepare_batch) -> dict[str, dict[str, torch.Tensor]]:
     """Per method (``native``, ``no-context`` and each of ``adapters``), per measure, the per-window values ``[W]``
     that :func:`summarise` pools (and :func:`paired_difference` compares)."""
     per_window: dict[str, dict[str, list]] = {}
     with progress_bar(progress) as bar:
         task = bar.add_task("evaluating", total=len(windows))
         for start in range(0, len(windows), batch_size):
-            batch = prepare_batch(windows[start : start + batch_size], sender, receiver,
-                                  surprisal=recompute is not None and needs_surprisal(recompute.select))
+            batch = prepare(windows[start : start + batch_size], sender, receiver,
+                            surprisal=recompute is not None and needs_surprisal(recompute.select))
             native = native_logits(receiver, batch)
             logits = {"native": native, "no-context": no_context_logits(receiver, batch)}
             logits.update({name: transferred_logits(a, receiver, batch, recompute=recompute)

@@ -66,13 +66,15 @@ def collect(
     seed: int = 0,
     min_native: int = 1,
     progress: bool = True,
+    prepare=prepare_batch,
 ) -> CalibrationSet:
-    """Run both models over ``windows`` and keep up to ``max_tokens`` aligned positions (seeded subsample)."""
+    """Run both models over ``windows`` and keep up to ``max_tokens`` aligned positions (seeded subsample).
+    ``prepare``: what makes a batch of windows ready (:func:`prepare_batch`; a probe may pass one that adds features)."""
     sends, recvs = [], []
     with progress_bar(progress) as bar:
         task = bar.add_task("calibration features", total=len(windows))
         for start in range(0, len(windows), batch_size):
-            batch = prepare_batch(windows[start : start + batch_size], sender, receiver, min_native=min_native)
+            batch = prepare(windows[start : start + batch_size], sender, receiver, min_native=min_native)
             keep = batch.alignment.mapped_mask
             sends.append([(k[keep], v[keep]) for k, v in batch.features])
             recvs.append([(k[keep], v[keep]) for k, v in receiver_features(receiver, batch)])

@@ -1,0 +1,99 @@
+"""Do the neighbour views that lift the closed-form maps (neighbour_positions.py) survive calibration?
+
+    .venv/bin/python benchmarks/probes/neighbour_calibrated.py --steps 150 \
+        --json benchmarks/results/real/probe-s2g-neighbour-calibrated.json
+
+The registered SmolLM2 -> Gemma 3 adapter is widened to also read each of its source layers through the views of
+``--read`` (``split``: a second map for the rows that split a sender token; ``prev``: the sender token before the
+aligned one), the new inputs' weights starting at zero, so each widened arm starts as the registered map. Each arm
+then calibrates its full weights for ``--steps`` steps beside a control arm that spends the same steps on the map
+alone, as ``layer_residual.py`` trains its arms (same windows of ``bundled:wide``, order, top-k teacher and
+schedule). All are scored on the same held-out windows of ``bundled:unseen`` at 512 tokens, paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.probes.layer_residual import MODELS, print_scores, train, training_batches  # noqa: E402
+from benchmarks.probes.neighbour_positions import VIEWS, read_also, with_views  # noqa: E402
+from heterofold_hub.adapter.config import AdapterConfig  # noqa: E402
+from heterofold_hub.data.texts import read_texts  # noqa: E402
+from heterofold_hub.data.windows import make_windows  # noqa: E402
+from heterofold_hub.evaluation.fidelity import evaluate  # noqa: E402
+from heterofold_hub.io import write_json_atomic  # noqa: E402
+from heterofold_hub.methods.heterofold import HeteroFoldAdapter  # noqa: E402
+from heterofold_hub.modeling import HeteroFoldModel  # noqa: E402
+from heterofold_hub.trainers.unfolded import UnfoldedAffine  # noqa: E402
+
+
+def widened(adapter, read: tuple[str, ...]) -> HeteroFoldAdapter:
+    """``adapter`` (affine) also reading its sources through the views ``read``, with zero weights on them: the same
+    map until trained. Its config names the views' features as sender layers ``L..``, which only a batch made by
+    ``with_views(VIEWS)`` holds."""
+    spec = dict(adapter.config.sender_spec)
+    layers, copies = spec["num_layers"], len(VIEWS) + 1
+    spec["num_layers"] = layers * copies
+    if spec.get("layer_types"):
+        spec["layer_types"] = list(spec["layer_types"]) * copies
+    config = AdapterConfig.from_dict({**adapter.config.to_dict(), "sender_spec": spec,
+                                      "layer_sources": read_also(adapter.config.layer_sources, VIEWS, read, layers)})
+    wide = HeteroFoldAdapter(config)
+    width = adapter.config.in_features
+    with torch.no_grad():
+        for kind in "kv":
+            getattr(wide, f"{kind}_weight")[:, :width] = getattr(adapter, f"{kind}_weight")
+            getattr(wide, f"{kind}_bias").copy_(getattr(adapter, f"{kind}_bias"))
+    return wide.requires_grad_(False).eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--direction", choices=tuple(MODELS), default="s2g")
+    parser.add_argument("--read", default="split;prev,split", help="the arms' views: ';' between arms, ',' within")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--train-windows", type=int, default=96)
+    parser.add_argument("--windows", type=int, default=48)
+    parser.add_argument("--lr", type=float, default=1e-4, help="the affine weights' rate (real-s2g-long's)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
+    sender, receiver, registered = model.sender, model.receiver, model.adapter
+    cut = dict(context_tokens=512, continuation_tokens=64)
+    train_texts, unseen = read_texts("bundled:wide"), read_texts("bundled:unseen")
+    assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
+    train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
+    held_out = make_windows(unseen, receiver, max_windows=args.windows, **cut)
+    reads = [tuple(arm.split(",")) for arm in args.read.split(";")]
+    wides = {f"+{' +'.join(read)}": widened(registered, read) for read in reads}
+    prepare = with_views(VIEWS)
+    widest = max(wides.values(), key=lambda a: a.config.in_features)  # its sources name every layer any arm reads
+    batches, order = training_batches(train_windows, sender, receiver, widest, args.steps, prepare=prepare)
+    arms = {"affine (control)": UnfoldedAffine.from_affine(registered, lora_rank=0)}
+    arms |= {f"affine {name}": UnfoldedAffine.from_affine(wide, lora_rank=0) for name, wide in wides.items()}
+    teachers: dict = {}
+    training = {name: train(adapter, batches, teachers, receiver, order, lr=args.lr, residual_lr=0.0, name=name)
+                for name, adapter in arms.items()}
+    del batches, teachers
+    check = {f"widened {max(wides, key=len)}, untrained (check: = registered)": widest}
+    result = evaluate(sender, receiver, {"registered": registered, **check, **arms}, held_out, batch_size=2,
+                      data="bundled:unseen", prepare=prepare)
+    print_scores(result)
+    if args.json:
+        command = " ".join(["benchmarks/probes/neighbour_calibrated.py", *sys.argv[1:]])
+        write_json_atomic(args.json, {"command": command, "adapter": model.pipeline.source,
+                                      "args": vars(args) | {"json": str(args.json)}, "training": training,
+                                      "scores": {"512": result}})
+
+
+if __name__ == "__main__":
+    main()

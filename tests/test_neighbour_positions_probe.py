@@ -1,0 +1,57 @@
+"""The neighbour-positions probe's features (benchmarks/probes/neighbour_positions.py): the views it adds after the
+sender's layers are the sender token before / after the aligned one, and the aligned one on split rows only."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from heterofold_hub.base_models.loading import Side
+
+from conftest import tiny_model
+from helpers import small_calibration
+
+PROBE = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "neighbour_positions.py"
+spec = importlib.util.spec_from_file_location("neighbour_positions", PROBE)
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+
+
+@pytest.fixture(scope="module")
+def batch(bpe, unigram):
+    sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
+    receiver = Side.from_model(tiny_model("qwen2", len(unigram), layers=2, seed=2), unigram)
+    windows, _ = small_calibration(sender, receiver, context_tokens=32, windows=2)
+    return probe.with_views(probe.VIEWS)(windows, sender, receiver)
+
+
+def test_every_view_follows_the_sender_layers_in_order(batch):
+    assert len(batch.features) == 3 * (len(probe.VIEWS) + 1)
+    assert probe.read_also([[0, 2]], probe.VIEWS, ("prev", "split"), 3) == [[0, 2, 3, 5, 9, 11]]
+
+
+def test_prev_and_next_read_the_neighbouring_sender_tokens(batch):
+    index, mapped = batch.alignment.sender_index, batch.alignment.mapped_mask
+    # where two mapped receiver tokens draw on consecutive sender tokens, the later one's "prev" is the earlier
+    # one's own feature and the earlier one's "next" is the later one's (keys un-rotated at their own positions)
+    step = mapped[:, 1:] & mapped[:, :-1] & (index[:, 1:] - index[:, :-1] == 1)
+    assert step.sum() > 10
+    for layer in range(3):
+        for part in range(2):
+            own = batch.features[layer][part]
+            prev, nxt = batch.features[3 + layer][part], batch.features[6 + layer][part]
+            assert torch.allclose(prev[:, 1:][step], own[:, :-1][step], atol=1e-5)
+            assert torch.allclose(nxt[:, :-1][step], own[:, 1:][step], atol=1e-5)
+
+
+def test_split_is_the_aligned_feature_on_rows_that_split_a_sender_token_and_zero_elsewhere(batch):
+    index, mapped = batch.alignment.sender_index, batch.alignment.mapped_mask
+    split = torch.zeros_like(mapped)
+    split[:, 1:] = mapped[:, 1:] & (index[:, 1:] == index[:, :-1])
+    assert split.any() and (mapped & ~split).any()
+    for layer in range(3):
+        own, gated = batch.features[layer][0], batch.features[9 + layer][0]
+        assert torch.equal(gated[split], own[split]) and not gated[~split].any()
