@@ -1,5 +1,7 @@
-"""The neighbour-positions probe's features (benchmarks/probes/neighbour_positions.py): the views it adds after the
-sender's layers are the sender token before / after the aligned one, and the aligned one on split rows only."""
+"""The neighbour-positions probes (benchmarks/probes/neighbour_positions.py, neighbour_calibrated.py): the views added
+after the sender's layers are the sender token before / after the aligned one, and the aligned one on split rows only;
+a map widened to read them starts as the map it widens, and a closed-form correction through them fits what it
+leaves of the receiver's K/V."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import pytest
 import torch
 
 from heterofold_hub.base_models.loading import Side
+from heterofold_hub.methods import get_method
+from heterofold_hub.methods.features import collect
+from heterofold_hub.transfer.forward import transferred_logits
 
 from conftest import tiny_model
 from helpers import small_calibration
@@ -18,14 +23,24 @@ PROBE = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "neighbo
 spec = importlib.util.spec_from_file_location("neighbour_positions", PROBE)
 probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
+CALIBRATED = PROBE.with_name("neighbour_calibrated.py")
+spec = importlib.util.spec_from_file_location("neighbour_calibrated", CALIBRATED)
+calibrated = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(calibrated)
 
 
 @pytest.fixture(scope="module")
-def batch(bpe, unigram):
+def pair(bpe, unigram):
     sender = Side.from_model(tiny_model("llama", len(bpe), layers=3, seed=1), bpe)
     receiver = Side.from_model(tiny_model("qwen2", len(unigram), layers=2, seed=2), unigram)
-    windows, _ = small_calibration(sender, receiver, context_tokens=32, windows=2)
-    return probe.with_views(probe.VIEWS)(windows, sender, receiver)
+    windows, calib = small_calibration(sender, receiver, context_tokens=32, windows=4)
+    return sender, receiver, windows, get_method("recolor").fit(calib)
+
+
+@pytest.fixture(scope="module")
+def batch(pair):
+    sender, receiver, windows, _ = pair
+    return probe.with_views(probe.VIEWS)(windows[:2], sender, receiver)
 
 
 def test_every_view_follows_the_sender_layers_in_order(batch):
@@ -55,3 +70,23 @@ def test_split_is_the_aligned_feature_on_rows_that_split_a_sender_token_and_zero
     for layer in range(3):
         own, gated = batch.features[layer][0], batch.features[9 + layer][0]
         assert torch.equal(gated[split], own[split]) and not gated[~split].any()
+
+
+def test_a_widened_map_starts_as_the_map_it_widens(pair, batch):
+    _, receiver, _, adapter = pair
+    wide = calibrated.widened(adapter, ("prev", "split"))
+    assert wide.config.in_features == 3 * adapter.config.in_features
+    with torch.no_grad():
+        assert torch.equal(transferred_logits(wide, receiver, batch), transferred_logits(adapter, receiver, batch))
+
+
+@pytest.mark.parametrize("read", [(), ("split",), ("prev",)])
+def test_a_correction_fits_what_the_map_leaves_of_the_receivers_kv(pair, read):
+    sender, receiver, windows, adapter = pair
+    calib = collect(sender, receiver, windows, prepare=probe.with_views(probe.VIEWS), progress=False)
+    fixed = calibrated.corrected(adapter, calib, read)
+    for r in range(len(calib.receiver)):
+        for j, (before, after) in enumerate(zip(adapter.map_layer(r, *adapter.layer_inputs(calib.sender, r)),
+                                                fixed.map_layer(r, *fixed.layer_inputs(calib.sender, r)))):
+            target = calib.receiver[r][j]
+            assert (after - target).pow(2).mean() < (before - target).pow(2).mean(), (read, r, "kv"[j])
