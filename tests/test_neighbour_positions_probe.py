@@ -90,3 +90,11 @@ def test_a_correction_fits_what_the_map_leaves_of_the_receivers_kv(pair, read):
                                                 fixed.map_layer(r, *fixed.layer_inputs(calib.sender, r)))):
             target = calib.receiver[r][j]
             assert (after - target).pow(2).mean() < (before - target).pow(2).mean(), (read, r, "kv"[j])
+
+
+def test_given_layers_only_the_features_named_are_made(pair):
+    sender, receiver, windows, _ = pair
+    # sender layer 0 alone, layer 1's previous token, layer 2 on split rows (3 sender layers: views start at 3, 6, 9)
+    batch = probe.with_views(probe.VIEWS)(windows[:2], sender, receiver, layers={0, 3 + 1, 9 + 2})
+    made = {i for i, kv in enumerate(batch.features) if kv is not None}
+    assert made == {0, 1, 2, 4, 11}  # a view's sender layer is made too

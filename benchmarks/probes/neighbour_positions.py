@@ -51,24 +51,30 @@ LAM = 0.01  # KV Ridge's default
 
 def with_views(views: tuple[str, ...]):
     """A ``prepare_batch`` whose features hold, after the sender's ``L`` layers, ``L`` more per view in ``views``
-    order: view ``i``'s copy of sender layer ``s`` is feature ``(i + 1) * L + s``, each ``[B, Tr, Hs*Ds]`` (None for
-    a layer no index in ``layers`` names, when given)."""
+    order: view ``i``'s copy of sender layer ``s`` is feature ``(i + 1) * L + s``, each ``[B, Tr, Hs*Ds]``. Given
+    ``layers`` (feature indices), only those are made (None elsewhere; a view's layer needs its sender layer too)."""
     def prepare(windows, sender, receiver, *, layers: set[int] | None = None, **options):
-        if layers is not None:  # a view's feature index names its sender layer modulo L
-            layers = {s % sender.spec.num_layers for s in layers}
-        batch = prepare_batch(windows, sender, receiver, layers=layers, **options)
-        extra = []
-        if {"prev", "next"} & set(views):  # the batch keeps no sender cache: prefill again (same texts, same cache)
+        count = sender.spec.num_layers
+        wanted = [None if layers is None else {s % count for s in layers if s // count == i}
+                  for i in range(len(views) + 1)]
+        own = None if layers is None else {s % count for s in layers}
+        batch = prepare_batch(windows, sender, receiver, layers=own, **options)
+        shifted = [v for v, w in zip(views, wanted[1:]) if v != "split" and w != set()]
+        if shifted:  # the batch keeps no sender cache: prefill again (same texts, same cache)
             prefill = prefill_sender(sender, [w.context for w in windows])
             last = prefill.attention_mask.sum(1, keepdim=True) - 1
-        for view in views:
+        extra = []
+        for view, these in zip(views, wanted[1:]):
             if view == "split":
                 gate = token_classes(batch.alignment)["splits a sender token"][..., None]
-                extra += [None if kv is None else tuple(x * gate.to(x.dtype) for x in kv) for kv in batch.features]
-            else:
+                extra += [None if kv is None or (these is not None and s not in these)
+                          else tuple(x * gate.to(x.dtype) for x in kv) for s, kv in enumerate(batch.features)]
+            elif view in shifted:
                 index = (batch.alignment.sender_index + (-1 if view == "prev" else 1)).clamp(min=0).minimum(last)
-                shifted = replace(batch.alignment, sender_index=index)
-                extra += sender_features(prefill.layers, shifted, sender.rope, layers)
+                extra += sender_features(prefill.layers, replace(batch.alignment, sender_index=index), sender.rope,
+                                         these)
+            else:
+                extra += [None] * count
         return replace(batch, features=batch.features + extra)
     return prepare
 
@@ -77,6 +83,25 @@ def read_also(plan: list[list[int]], views: tuple[str, ...], read: tuple[str, ..
     """``plan`` (sender layers per receiver layer) with each layer also read through every view of ``read``."""
     offsets = [(views.index(v) + 1) * layers for v in read]
     return [sources + [o + s for o in offsets for s in sources] for sources in plan]
+
+
+def viewed_calibration(sender, receiver, windows, prepare):
+    """``collect`` over ``windows`` with every view, its sender spec widened so an adapter's config accepts the
+    views' feature indices as sender layers."""
+    calib = collect(sender, receiver, windows, batch_size=2, prepare=prepare)
+    spec, copies = calib.sender_spec, len(VIEWS) + 1
+    wide = replace(spec, num_layers=spec.num_layers * copies,
+                   layer_types=None if spec.layer_types is None else spec.layer_types * copies)
+    return replace(calib, sender_spec=wide)
+
+
+def ridge_with_views(calib, sources: int, read: tuple[str, ...]) -> KVRidgeAdapter:
+    """KV Ridge from the ``sources`` best-correlated sender layers per receiver layer, each also read through the
+    views ``read`` (``calib`` from :func:`viewed_calibration`)."""
+    layers = calib.sender_spec.num_layers // (len(VIEWS) + 1)
+    plan = best_correlated_layers(calib, sources, LAM, candidates=list(range(layers)))
+    return fit_affine(KVRidgeAdapter, calib, "kv-ridge", read_also(plan, VIEWS, read, layers),
+                      lambda x, y: ridge(x, y, LAM), lam=LAM)
 
 
 def main() -> None:
@@ -93,21 +118,14 @@ def main() -> None:
     held_out = make_windows(read_texts("bundled:unseen"), receiver, max_windows=args.windows, **cut)
     assert not {w.context for w in train} & {w.context for w in held_out}, "a held-out window was fitted on"
     prepare = with_views(VIEWS)
-    calib = collect(sender, receiver, train, batch_size=2, prepare=prepare)
-    layers = calib.sender_spec.num_layers
-    spec = calib.sender_spec
-    wide = replace(spec, num_layers=layers * (len(VIEWS) + 1),
-                   layer_types=None if spec.layer_types is None else spec.layer_types * (len(VIEWS) + 1))
-    calib = replace(calib, sender_spec=wide)  # so an adapter's config accepts the views' feature indices
+    calib = viewed_calibration(sender, receiver, train, prepare)
     arms = {}
     for k in (2, 4):
-        plan = best_correlated_layers(calib, k, LAM, candidates=list(range(layers)))
         for read in ((), ("prev",), ("prev", "next"), ("split",), ("prev", "split")):
             if k == 4 and read in (("prev", "next"), ("split",)):
                 continue  # the 4-source arms test only what the 2-source ones single out
             name = f"kv-ridge x{k}" + "".join(f" +{v}" for v in read)
-            sources = read_also(plan, VIEWS, read, layers)
-            arms[name] = fit_affine(KVRidgeAdapter, calib, "kv-ridge", sources, lambda x, y: ridge(x, y, LAM), lam=LAM)
+            arms[name] = ridge_with_views(calib, k, read)
             print(f"fitted {name}", flush=True)
     del calib
     result = evaluate(sender, receiver, arms, held_out, batch_size=2, data="bundled:unseen", prepare=prepare)
