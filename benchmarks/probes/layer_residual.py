@@ -113,6 +113,17 @@ def training_batches(windows: list, sender, receiver, adapter, steps: int,
     return batches, (shuffle * (steps // len(batches) + 1))[:steps]
 
 
+def probe_windows(receiver, train: int, held_out: int) -> tuple[list, list, list[str]]:
+    """The first ``train`` windows of 512 tokens of ``bundled:wide`` (the text the published adapters were trained
+    on), the first ``held_out`` of ``bundled:unseen`` (the texts asserted disjoint), and ``bundled:unseen``'s texts
+    for longer windows."""
+    train_texts, unseen = read_texts("bundled:wide"), read_texts("bundled:unseen")
+    assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
+    cut = dict(context_tokens=512, continuation_tokens=64)
+    return (make_windows(train_texts, receiver, max_windows=train, **cut),
+            make_windows(unseen, receiver, max_windows=held_out, **cut), unseen)
+
+
 def print_scores(result: dict) -> None:
     """Each row's recovered and KL, then every paired difference, of a fidelity ``result``."""
     for name, m in result["methods"].items():
@@ -139,11 +150,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
     sender, receiver, registered = model.sender, model.receiver, model.adapter
-    cut = dict(context_tokens=512, continuation_tokens=64)
-    train_texts, unseen = read_texts("bundled:wide"), read_texts("bundled:unseen")
-    assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
-    train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
-    held_out = make_windows(unseen, receiver, max_windows=args.windows, **cut)
+    train_windows, held_out, unseen = probe_windows(receiver, args.train_windows, args.windows)
     batches, order = training_batches(train_windows, sender, receiver, registered, args.steps)
     layers = [int(x) for x in args.layers.split(",")]
     residual = f"residual (layers {args.layers}, rank {args.rank})"

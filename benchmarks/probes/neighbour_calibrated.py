@@ -26,11 +26,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.probes.layer_residual import MODELS, print_scores, train, training_batches  # noqa: E402
+from benchmarks.probes.layer_residual import MODELS, print_scores, probe_windows, train, training_batches  # noqa: E402
 from benchmarks.probes.neighbour_positions import LAM, VIEWS, read_also, with_views  # noqa: E402
 from heterofold_hub.adapter.config import AdapterConfig  # noqa: E402
-from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.data.windows import make_windows  # noqa: E402
 from heterofold_hub.evaluation.fidelity import evaluate  # noqa: E402
 from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.methods.heterofold import HeteroFoldAdapter  # noqa: E402
@@ -93,11 +91,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
     sender, receiver, registered = model.sender, model.receiver, model.adapter
-    cut = dict(context_tokens=512, continuation_tokens=64)
-    train_texts, unseen = read_texts("bundled:wide"), read_texts("bundled:unseen")
-    assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
-    train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
-    held_out = make_windows(unseen, receiver, max_windows=args.windows, **cut)
+    train_windows, held_out, _ = probe_windows(receiver, args.train_windows, args.windows)
     reads = [tuple(arm.split(",")) if arm else () for arm in args.read.split(";")]  # "": no view (a control)
     wides = {f"+{' +'.join(read)}" if read else "(own inputs)": widened(registered, read) for read in reads}
     prepare = with_views(VIEWS)

@@ -23,11 +23,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.probes.layer_residual import MODELS, print_scores, train, training_batches  # noqa: E402
+from benchmarks.probes.layer_residual import MODELS, print_scores, probe_windows, train, training_batches  # noqa: E402
 from benchmarks.probes.neighbour_positions import VIEWS, ridge_with_views, viewed_calibration, with_views  # noqa: E402
 from heterofold_hub.base_models.loading import Side  # noqa: E402
-from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.data.windows import make_windows  # noqa: E402
 from heterofold_hub.evaluation.fidelity import evaluate  # noqa: E402
 from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.trainers.unfolded import UnfoldedAffine  # noqa: E402
@@ -47,11 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     sender, receiver = (Side.load(i) for i in MODELS[args.direction])
-    cut = dict(context_tokens=512, continuation_tokens=64)
-    train_texts, unseen = read_texts("bundled:wide"), read_texts("bundled:unseen")
-    assert not set(train_texts) & set(unseen), "a held-out text is among the training texts"
-    train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
-    held_out = make_windows(unseen, receiver, max_windows=args.windows, **cut)
+    train_windows, held_out, _ = probe_windows(receiver, args.train_windows, args.windows)
     prepare = with_views(VIEWS)
     calib = viewed_calibration(sender, receiver, train_windows[:args.calib_windows], prepare)
     reads = [tuple(arm.split(",")) if arm else () for arm in args.read.split(";")]

@@ -29,11 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.probes.layer_residual import print_scores  # noqa: E402
+from benchmarks.probes.layer_residual import print_scores, probe_windows  # noqa: E402
 from benchmarks.probes.map_diagnosis import token_classes  # noqa: E402
 from heterofold_hub.base_models.loading import Side  # noqa: E402
-from heterofold_hub.data.texts import read_texts  # noqa: E402
-from heterofold_hub.data.windows import make_windows  # noqa: E402
 from heterofold_hub.evaluation.fidelity import evaluate  # noqa: E402
 from heterofold_hub.io import write_json_atomic  # noqa: E402
 from heterofold_hub.methods.affine import fit_affine  # noqa: E402
@@ -113,10 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     ids = (SMOL, GEMMA) if args.direction == "s2g" else (GEMMA, SMOL)
     sender, receiver = (Side.load(i) for i in ids)
-    cut = dict(context_tokens=512, continuation_tokens=64)
-    train = make_windows(read_texts("bundled:wide"), receiver, max_windows=args.calib_windows, **cut)
-    held_out = make_windows(read_texts("bundled:unseen"), receiver, max_windows=args.windows, **cut)
-    assert not {w.context for w in train} & {w.context for w in held_out}, "a held-out window was fitted on"
+    train, held_out, _ = probe_windows(receiver, args.calib_windows, args.windows)
     prepare = with_views(VIEWS)
     calib = viewed_calibration(sender, receiver, train, prepare)
     arms = {}
