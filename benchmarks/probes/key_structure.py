@@ -121,7 +121,7 @@ def main() -> None:
     training = {}
     if args.steps:
         train_windows = make_windows(train_texts, receiver, max_windows=args.train_windows, **cut)
-        batches, order = training_batches(train_windows, sender, receiver, registered, args.steps)
+        batches, order = training_batches(train_windows, sender, receiver, [registered], args.steps)
         teachers: dict = {}
         trained = {"affine, trained": UnfoldedAffine.from_affine(registered, lora_rank=0)}
         trained.update({f"{how}, trained through it": KeysProjected(UnfoldedAffine.from_affine(registered, lora_rank=0),

@@ -103,11 +103,11 @@ def train(adapter: nn.Module, batches: list, teachers: dict, receiver, order: li
     return {"losses": losses, "seconds": time.perf_counter() - start}
 
 
-def training_batches(windows: list, sender, receiver, adapter, steps: int,
+def training_batches(windows: list, sender, receiver, adapters: list, steps: int,
                      prepare=prepare_batch) -> tuple[list, list[int]]:
-    """``windows`` made ready by ``prepare`` two to a batch (the sender layers ``adapter`` reads), and the order of
-    ``steps`` visits: every batch once in a seeded shuffle, again, and so on."""
-    needed = {s for sources in adapter.config.layer_sources for s in sources}
+    """``windows`` made ready by ``prepare`` two to a batch (the sender layers any of ``adapters`` reads), and the
+    order of ``steps`` visits: every batch once in a seeded shuffle, again, and so on."""
+    needed = {s for adapter in adapters for sources in adapter.config.layer_sources for s in sources}
     batches = [prepare(windows[i:i + 2], sender, receiver, layers=needed) for i in range(0, len(windows), 2)]
     shuffle = random.Random(0).sample(range(len(batches)), len(batches))
     return batches, (shuffle * (steps // len(batches) + 1))[:steps]
@@ -151,7 +151,7 @@ def main() -> None:
     model = HeteroFoldModel.from_pretrained(*MODELS[args.direction], load_sender=True)
     sender, receiver, registered = model.sender, model.receiver, model.adapter
     train_windows, held_out, unseen = probe_windows(receiver, args.train_windows, args.windows)
-    batches, order = training_batches(train_windows, sender, receiver, registered, args.steps)
+    batches, order = training_batches(train_windows, sender, receiver, [registered], args.steps)
     layers = [int(x) for x in args.layers.split(",")]
     residual = f"residual (layers {args.layers}, rank {args.rank})"
     arms = {"affine": (UnfoldedAffine.from_affine(registered, lora_rank=0), args.lr, 0.0),

@@ -106,8 +106,9 @@ def main() -> None:
             write_json_atomic(args.json, {"command": " ".join(["benchmarks/probes/neighbour_calibrated.py", *sys.argv[1:]]),
                                           "adapter": model.pipeline.source, "scores": {"512": result}})
         return
-    widest = max(wides.values(), key=lambda a: a.config.in_features)  # its sources name every layer any arm reads
-    batches, order = training_batches(train_windows, sender, receiver, widest, args.steps, prepare=prepare)
+    widest = max(wides.values(), key=lambda a: a.config.in_features)
+    batches, order = training_batches(train_windows, sender, receiver, list(wides.values()), args.steps,
+                                      prepare=prepare)
     arms = {"affine (control)": UnfoldedAffine.from_affine(registered, lora_rank=0)}
     arms |= {f"affine {name}": UnfoldedAffine.from_affine(wide, lora_rank=0) for name, wide in wides.items()}
     teachers: dict = {}

@@ -52,8 +52,8 @@ def main() -> None:
     starts = {f"kv-ridge x{args.sources}" + "".join(f" +{v}" for v in read): ridge_with_views(calib, args.sources, read)
               for read in reads}
     del calib
-    widest = max(starts.values(), key=lambda a: a.config.in_features)  # its sources name every feature any arm reads
-    batches, order = training_batches(train_windows, sender, receiver, widest, args.steps, prepare=prepare)
+    batches, order = training_batches(train_windows, sender, receiver, list(starts.values()), args.steps,
+                                      prepare=prepare)
     arms = {f"{name}, calibrated": UnfoldedAffine.from_affine(start, lora_rank=0) for name, start in starts.items()}
     teachers: dict = {}
     training = {name: train(adapter, batches, teachers, receiver, order, lr=args.lr, residual_lr=0.0, name=name)
