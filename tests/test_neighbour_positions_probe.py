@@ -98,3 +98,14 @@ def test_given_layers_only_the_features_named_are_made(pair):
     batch = probe.with_views(probe.VIEWS)(windows[:2], sender, receiver, layers={0, 3 + 1, 9 + 2})
     made = {i for i, kv in enumerate(batch.features) if kv is not None}
     assert made == {0, 1, 2, 4, 11}  # a view's sender layer is made too
+
+
+def test_training_batches_hold_what_every_arm_reads(pair):
+    from benchmarks.probes.layer_residual import training_batches
+
+    sender, receiver, windows, adapter = pair
+    arms = [calibrated.widened(adapter, ("prev",)), calibrated.widened(adapter, ("split",))]  # as wide as each other
+    batches, _ = training_batches(windows[:2], sender, receiver, arms, 1, prepare=probe.with_views(probe.VIEWS))
+    for arm in arms:
+        with torch.no_grad():
+            assert transferred_logits(arm, receiver, batches[0]).isfinite().all()
