@@ -106,7 +106,7 @@ def main() -> None:
             write_json_atomic(args.json, {"command": " ".join(["benchmarks/probes/neighbour_calibrated.py", *sys.argv[1:]]),
                                           "adapter": model.pipeline.source, "scores": {"512": result}})
         return
-    widest = max(wides.values(), key=lambda a: a.config.in_features)
+    widest, wide = max(wides.items(), key=lambda item: item[1].config.in_features)
     batches, order = training_batches(train_windows, sender, receiver, list(wides.values()), args.steps,
                                       prepare=prepare)
     arms = {"affine (control)": UnfoldedAffine.from_affine(registered, lora_rank=0)}
@@ -115,7 +115,7 @@ def main() -> None:
     training = {name: train(adapter, batches, teachers, receiver, order, lr=args.lr, residual_lr=0.0, name=name)
                 for name, adapter in arms.items()}
     del batches, teachers
-    check = {f"widened {max(wides, key=len)}, untrained (check: = registered)": widest}
+    check = {f"widened {widest}, untrained (check: = registered)": wide}
     result = evaluate(sender, receiver, {"registered": registered, **check, **arms}, held_out, batch_size=2,
                       data="bundled:unseen", prepare=prepare)
     print_scores(result)
